@@ -1,0 +1,66 @@
+# chunkfuse: `make demo` and `make test` each set up everything on a fresh machine.
+#
+# One cargo profile (release) serves the CLI, `cargo test` and `maturin develop`, so the
+# workspace compiles once.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+ZARR2_VENV := .venv-zarr2
+CARGO ?= cargo
+BIN := target/release/chunkfuse
+export CHUNKFUSE_BIN := $(CURDIR)/$(BIN)
+export CHUNKFUSE_ZARR2_PYTHON := $(CURDIR)/$(ZARR2_VENV)/bin/python
+
+.PHONY: all build develop venv test test-rust test-python lint fmt demo bench clean
+
+all: develop
+
+$(VENV)/.installed: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+# zarr-python 2 writes the Zarr v2 fixtures of the interop tests (it cannot share a
+# virtual environment with zarr-python 3).
+$(ZARR2_VENV)/.installed:
+	$(PYTHON) -m venv $(ZARR2_VENV)
+	$(ZARR2_VENV)/bin/pip install --quiet --upgrade pip
+	$(ZARR2_VENV)/bin/pip install --quiet "zarr>=2.18,<3" "numpy>=1.26,<2.3"
+	touch $@
+
+venv: $(VENV)/.installed $(ZARR2_VENV)/.installed
+
+build:
+	$(CARGO) build --release --workspace
+
+develop: venv build
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet
+
+test-rust: build
+	$(CARGO) test --release -p chunkfuse-engine
+
+test-python: develop
+	$(PY) -m pytest -q
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --all-targets --workspace -- -D warnings
+	$(VENV)/bin/ruff check python tests scripts bench examples
+
+test: develop test-rust test-python
+
+demo: develop
+	$(PY) scripts/demo.py
+
+bench: develop
+	$(PY) -m pip install --quiet matplotlib
+	$(PY) bench/run.py
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	rm -rf target $(VENV) $(ZARR2_VENV) .demo

@@ -1,0 +1,366 @@
+//! Chunk grids (regular or per-axis lists) and regions (boxes) of an array.
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// A box inside an array: `start[d] .. start[d] + shape[d]` on every axis `d`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Region {
+    /// First index on each axis.
+    pub start: Vec<u64>,
+    /// Extent on each axis.
+    pub shape: Vec<u64>,
+}
+
+impl Region {
+    /// The region `[0, shape)`.
+    pub fn whole(shape: &[u64]) -> Self {
+        Region {
+            start: vec![0; shape.len()],
+            shape: shape.to_vec(),
+        }
+    }
+
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// True when some axis has extent 0.
+    pub fn is_empty(&self) -> bool {
+        self.shape.contains(&0)
+    }
+
+    /// One past the last index on axis `d`.
+    pub fn end(&self, d: usize) -> u64 {
+        self.start[d] + self.shape[d]
+    }
+
+    /// The overlap of two regions of the same rank, or `None` when they do not overlap.
+    pub fn intersect(&self, other: &Region) -> Option<Region> {
+        let mut start = Vec::with_capacity(self.rank());
+        let mut shape = Vec::with_capacity(self.rank());
+        for d in 0..self.rank() {
+            let s = self.start[d].max(other.start[d]);
+            let e = self.end(d).min(other.end(d));
+            if e <= s {
+                return None;
+            }
+            start.push(s);
+            shape.push(e - s);
+        }
+        Some(Region { start, shape })
+    }
+
+    /// True when `other` lies inside `self`.
+    pub fn contains(&self, other: &Region) -> bool {
+        (0..self.rank()).all(|d| other.start[d] >= self.start[d] && other.end(d) <= self.end(d))
+    }
+
+    /// This region expressed relative to `origin` (which must not lie after it).
+    pub fn relative_to(&self, origin: &[u64]) -> Region {
+        Region {
+            start: self.start.iter().zip(origin).map(|(s, o)| s - o).collect(),
+            shape: self.shape.clone(),
+        }
+    }
+}
+
+/// Strides in elements of a C-ordered buffer of `shape`.
+pub fn c_strides(shape: &[u64]) -> Vec<u64> {
+    let mut strides = vec![1u64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// The chunk boundaries of one axis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AxisChunks {
+    /// Offsets of chunk starts followed by the axis length: chunk `i` covers
+    /// `bounds[i] .. bounds[i + 1]`. Zero-length axes have `bounds == [0]`.
+    bounds: Vec<u64>,
+    /// The nominal chunk size for regular grids (the last chunk may be shorter).
+    regular: Option<u64>,
+}
+
+impl AxisChunks {
+    /// A regular split of `len` into chunks of `size` (the last may be shorter).
+    pub fn regular(len: u64, size: u64) -> Result<Self> {
+        if size == 0 {
+            return Err(Error::new(
+                ErrorKind::Plan,
+                "chunk size must be positive, got 0",
+            ));
+        }
+        let n = len.div_ceil(size);
+        let bounds = (0..n)
+            .map(|i| i * size)
+            .chain(std::iter::once(len))
+            .collect();
+        Ok(AxisChunks {
+            bounds,
+            regular: Some(size),
+        })
+    }
+
+    /// An irregular split given by chunk sizes, which must add up to the axis length.
+    pub fn from_sizes(sizes: &[u64]) -> Result<Self> {
+        if sizes.contains(&0) {
+            return Err(Error::new(ErrorKind::Plan, "chunk sizes must be positive"));
+        }
+        let mut bounds = vec![0];
+        for s in sizes {
+            let last = *bounds.last().unwrap_or(&0);
+            bounds.push(last + s);
+        }
+        let regular = match sizes {
+            [] => None,
+            [first, rest @ ..] => {
+                let all_but_last = &rest[..rest.len().saturating_sub(1)];
+                let last_ok = rest.last().is_none_or(|l| l <= first);
+                (all_but_last.iter().all(|s| s == first) && last_ok).then_some(*first)
+            }
+        };
+        Ok(AxisChunks { bounds, regular })
+    }
+
+    /// Axis length.
+    pub fn len(&self) -> u64 {
+        *self.bounds.last().unwrap_or(&0)
+    }
+
+    /// True when the axis has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of chunks.
+    pub fn count(&self) -> usize {
+        self.bounds.len() - 1
+    }
+
+    /// Start and length of chunk `i`.
+    pub fn chunk(&self, i: usize) -> (u64, u64) {
+        (self.bounds[i], self.bounds[i + 1] - self.bounds[i])
+    }
+
+    /// The nominal chunk size of a regular axis.
+    pub fn regular_size(&self) -> Option<u64> {
+        self.regular
+    }
+
+    /// The largest chunk length.
+    pub fn max_size(&self) -> u64 {
+        (0..self.count())
+            .map(|i| self.chunk(i).1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Chunk sizes, in order.
+    pub fn sizes(&self) -> Vec<u64> {
+        (0..self.count()).map(|i| self.chunk(i).1).collect()
+    }
+
+    /// Indices of the chunks overlapping `start .. start + len`.
+    pub fn overlapping(&self, start: u64, len: u64) -> std::ops::Range<usize> {
+        if len == 0 || self.count() == 0 {
+            return 0..0;
+        }
+        let end = start + len;
+        let first = match self.bounds.binary_search(&start) {
+            Ok(i) => i,
+            Err(i) => i - 1,
+        };
+        let last = match self.bounds.binary_search(&end) {
+            Ok(i) => i,
+            Err(i) => i,
+        };
+        first.min(self.count())..last.min(self.count())
+    }
+
+    /// True when every boundary of `self` is a boundary of `other` too (each chunk of
+    /// `other` lies inside one chunk of `self`).
+    pub fn is_coarsening_of(&self, other: &AxisChunks) -> bool {
+        self.bounds
+            .iter()
+            .all(|b| other.bounds.binary_search(b).is_ok())
+    }
+}
+
+/// A chunk grid: one [`AxisChunks`] per axis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkGrid {
+    axes: Vec<AxisChunks>,
+}
+
+impl ChunkGrid {
+    /// A grid from its axes.
+    pub fn new(axes: Vec<AxisChunks>) -> Self {
+        ChunkGrid { axes }
+    }
+
+    /// A regular grid of `chunks` over `shape`.
+    pub fn regular(shape: &[u64], chunks: &[u64]) -> Result<Self> {
+        if shape.len() != chunks.len() {
+            return Err(Error::new(
+                ErrorKind::Plan,
+                format!(
+                    "chunks {chunks:?} have {} entries but the array has rank {}",
+                    chunks.len(),
+                    shape.len()
+                ),
+            ));
+        }
+        let axes = shape
+            .iter()
+            .zip(chunks)
+            .map(|(&n, &c)| AxisChunks::regular(n, if c == 0 { 0 } else { c.min(n.max(1)) }))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ChunkGrid { axes })
+    }
+
+    /// The per-axis chunk boundaries.
+    pub fn axes(&self) -> &[AxisChunks] {
+        &self.axes
+    }
+
+    /// The array shape.
+    pub fn shape(&self) -> Vec<u64> {
+        self.axes.iter().map(|a| a.len()).collect()
+    }
+
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.axes.len()
+    }
+
+    /// Number of chunks along each axis.
+    pub fn grid_shape(&self) -> Vec<u64> {
+        self.axes.iter().map(|a| a.count() as u64).collect()
+    }
+
+    /// Total number of chunks.
+    pub fn num_chunks(&self) -> u64 {
+        self.grid_shape().iter().product()
+    }
+
+    /// The nominal chunk shape (largest chunk per axis).
+    pub fn chunk_shape(&self) -> Vec<u64> {
+        self.axes.iter().map(|a| a.max_size()).collect()
+    }
+
+    /// The region covered by the chunk at grid index `idx`.
+    pub fn chunk_region(&self, idx: &[u64]) -> Region {
+        let (start, shape) = self
+            .axes
+            .iter()
+            .zip(idx)
+            .map(|(a, &i)| a.chunk(i as usize))
+            .unzip();
+        Region { start, shape }
+    }
+
+    /// Grid indices of every chunk in C order.
+    pub fn chunk_indices(&self) -> Vec<Vec<u64>> {
+        indices_in(&self.grid_shape())
+    }
+
+    /// Grid indices of the chunks that overlap `region`, in C order.
+    pub fn chunks_overlapping(&self, region: &Region) -> Vec<Vec<u64>> {
+        let ranges: Vec<std::ops::Range<usize>> = self
+            .axes
+            .iter()
+            .enumerate()
+            .map(|(d, a)| a.overlapping(region.start[d], region.shape[d]))
+            .collect();
+        let mut out = Vec::new();
+        let mut cur: Vec<u64> = ranges.iter().map(|r| r.start as u64).collect();
+        if ranges.iter().any(|r| r.is_empty()) {
+            return out;
+        }
+        loop {
+            out.push(cur.clone());
+            let mut d = ranges.len();
+            loop {
+                if d == 0 {
+                    return out;
+                }
+                d -= 1;
+                cur[d] += 1;
+                if cur[d] < ranges[d].end as u64 {
+                    break;
+                }
+                cur[d] = ranges[d].start as u64;
+            }
+        }
+    }
+}
+
+/// Every index of a grid of `shape`, in C order (one empty index for rank 0).
+pub fn indices_in(shape: &[u64]) -> Vec<Vec<u64>> {
+    let total: u64 = shape.iter().product();
+    let mut out = Vec::with_capacity(total as usize);
+    if total == 0 {
+        return out;
+    }
+    let mut cur = vec![0u64; shape.len()];
+    for _ in 0..total {
+        out.push(cur.clone());
+        for d in (0..shape.len()).rev() {
+            cur[d] += 1;
+            if cur[d] < shape[d] {
+                break;
+            }
+            cur[d] = 0;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regular_axis_has_short_last_chunk() {
+        let a = AxisChunks::regular(10, 4).unwrap();
+        assert_eq!(a.sizes(), vec![4, 4, 2]);
+        assert_eq!(a.overlapping(3, 2), 0..2);
+        assert_eq!(a.overlapping(4, 4), 1..2);
+        assert_eq!(a.overlapping(9, 1), 2..3);
+    }
+
+    #[test]
+    fn overlapping_chunks_in_c_order() {
+        let g = ChunkGrid::regular(&[10, 10], &[4, 4]).unwrap();
+        let r = Region {
+            start: vec![3, 7],
+            shape: vec![2, 2],
+        };
+        assert_eq!(
+            g.chunks_overlapping(&r),
+            vec![vec![0, 1], vec![0, 2], vec![1, 1], vec![1, 2]]
+        );
+    }
+
+    #[test]
+    fn coarsening() {
+        let fine = AxisChunks::regular(12, 2).unwrap();
+        let coarse = AxisChunks::regular(12, 6).unwrap();
+        assert!(coarse.is_coarsening_of(&fine));
+        assert!(!fine.is_coarsening_of(&coarse));
+    }
+
+    #[test]
+    fn rank_zero_grid_has_one_chunk() {
+        let g = ChunkGrid::regular(&[], &[]).unwrap();
+        assert_eq!(g.chunk_indices(), vec![Vec::<u64>::new()]);
+    }
+}

@@ -1,0 +1,306 @@
+//! The `chunkfuse` command line: run plans, rechunk arrays, describe stores, measure codec
+//! floors.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use chunkfuse_engine::exec::memory::{human_bytes, parse_bytes};
+use chunkfuse_engine::plan::Plan;
+use chunkfuse_engine::run::{self, RechunkOptions, RunOptions, RunSummary};
+use chunkfuse_engine::zarr::Codec;
+use chunkfuse_engine::{Error, ErrorKind};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "chunkfuse",
+    version,
+    about = "Fused, memory-bounded execution of chunked-array plans over Zarr"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Memory budget (e.g. 2GB, 512MiB); default a quarter of available memory.
+    #[arg(long)]
+    max_mem: Option<String>,
+    /// Compute threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Directory for intermediates (default: the system temporary directory).
+    #[arg(long)]
+    work_dir: Option<std::path::PathBuf>,
+    /// Print a JSON summary on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate and run a JSON plan.
+    Run {
+        /// The plan file.
+        plan: std::path::PathBuf,
+        /// Plan parameter, NAME=VALUE (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Copy an array into a new chunking with bounded memory.
+    Rechunk {
+        /// Source array (Zarr v2 or v3).
+        source: String,
+        /// Target array (written as Zarr v3 unless --zarr-format 2).
+        target: String,
+        /// Target chunk shape, e.g. 256,73,144 (-1: whole axis).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            allow_negative_numbers = true,
+            required = true
+        )]
+        chunks: Vec<i64>,
+        /// Shard shape (Zarr v3), a multiple of the chunks.
+        #[arg(long, value_delimiter = ',')]
+        shards: Option<Vec<u64>>,
+        /// Compressor: zstd[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], gzip[:LEVEL] or none.
+        #[arg(long, default_value = "zstd:3")]
+        codec: String,
+        /// Zarr format of the target.
+        #[arg(long, default_value_t = 3)]
+        zarr_format: u8,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Describe an array: shape, chunks, shards, codecs, sizes.
+    Info {
+        /// The array.
+        store: String,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Codec floors for benchmarks (no IO timed).
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Time decoding every chunk of an array already read into memory.
+    Decode {
+        /// The array.
+        source: String,
+        /// Threads (default: all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time decoding every chunk and encoding every chunk of a new chunking.
+    Codec {
+        /// The array.
+        source: String,
+        /// Target chunk shape.
+        #[arg(long, value_delimiter = ',', required = true)]
+        chunks: Vec<u64>,
+        /// Target compressor.
+        #[arg(long, default_value = "zstd:3")]
+        codec: String,
+        /// Threads (default: all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn exit_code(e: &Error) -> u8 {
+    match e.kind {
+        ErrorKind::Plan => 2,
+        ErrorKind::Cancelled => 130,
+        _ => 1,
+    }
+}
+
+fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error> {
+    Ok(RunOptions {
+        max_mem: common.max_mem.as_deref().map(parse_bytes).transpose()?,
+        threads: common.threads,
+        io_threads: 8,
+        work_dir: common.work_dir.clone(),
+        progress: !common.json,
+        cancel,
+    })
+}
+
+fn print_summary(s: &RunSummary, json: bool) -> Result<(), Error> {
+    if json {
+        let text = serde_json::to_string(s).map_err(|e| Error::internal(e.to_string()))?;
+        println!("{text}");
+        return Ok(());
+    }
+    println!(
+        "{}: {} task(s) in {:.2} s on {} thread(s)",
+        s.plan, s.tasks, s.seconds, s.threads
+    );
+    for st in &s.stages {
+        println!("  stage: {st}");
+    }
+    let gbs = |b: u64| b as f64 / 1e9 / s.seconds.max(1e-9);
+    println!(
+        "  read {} ({:.2} GB/s), decoded {} ({:.2} GB/s), wrote {}",
+        human_bytes(s.bytes_read),
+        gbs(s.bytes_read),
+        human_bytes(s.decoded_bytes),
+        gbs(s.decoded_bytes),
+        human_bytes(s.bytes_written)
+    );
+    println!(
+        "  peak RSS {} (budget {})",
+        human_bytes(s.peak_rss),
+        human_bytes(s.max_mem)
+    );
+    for o in &s.outputs {
+        println!("  wrote {o}");
+    }
+    Ok(())
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
+    let text = serde_json::to_string(v).map_err(|e| Error::internal(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}
+
+fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
+    match cli.command {
+        Command::Run {
+            plan,
+            params,
+            common,
+        } => {
+            let text = std::fs::read_to_string(&plan)
+                .map_err(|e| Error::plan("plan", format!("cannot read {}: {e}", plan.display())))?;
+            let params = run::parse_params(&params)?;
+            let plan = Plan::from_json(&text, &params)?;
+            let summary = run::run_plan(&plan, &options(&common, cancel)?)?;
+            print_summary(&summary, common.json)
+        }
+        Command::Rechunk {
+            source,
+            target,
+            chunks,
+            shards,
+            codec,
+            zarr_format,
+            common,
+        } => {
+            let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
+            let plan = run::rechunk_plan(
+                &source,
+                &target,
+                &RechunkOptions {
+                    chunks,
+                    shards,
+                    codec,
+                    zarr_format,
+                },
+            );
+            let summary = run::run_plan(&plan, &options(&common, cancel)?)?;
+            print_summary(&summary, common.json)
+        }
+        Command::Info { store, json } => {
+            let info = run::info(&store)?;
+            if json {
+                return print_json(&info);
+            }
+            let i = &info.info;
+            println!("{store}");
+            println!("  zarr format  {}", i.zarr_format);
+            println!("  shape        {:?}", i.shape);
+            println!("  dtype        {}", i.dtype);
+            println!("  chunks       {:?}", i.chunks);
+            if let Some(s) = &i.shards {
+                println!("  shards       {s:?}");
+            }
+            println!("  codecs       {}", i.codecs.join(", "));
+            println!("  fill value   {}", i.fill_value);
+            println!("  decoded size {}", human_bytes(i.nbytes));
+            println!(
+                "  stored size  {} in {} chunk(s)",
+                human_bytes(info.stored_bytes),
+                info.stored_chunks
+            );
+            println!("  compression  {:.2}x", info.compression_ratio);
+            Ok(())
+        }
+        Command::Bench { what } => match what {
+            BenchCommand::Decode {
+                source,
+                threads,
+                json,
+            } => {
+                let f = run::codec_floor(&source, threads, None)?;
+                if json {
+                    return print_json(&f);
+                }
+                println!(
+                    "decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
+                    human_bytes(f.decoded_bytes),
+                    f.decode_seconds,
+                    f.decoded_bytes as f64 / 1e9 / f.decode_seconds.max(1e-9),
+                    f.threads
+                );
+                Ok(())
+            }
+            BenchCommand::Codec {
+                source,
+                chunks,
+                codec,
+                threads,
+                json,
+            } => {
+                let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
+                let f = run::codec_floor(&source, threads, Some((&chunks, &codec)))?;
+                if json {
+                    return print_json(&f);
+                }
+                println!(
+                    "decode {:.3} s + encode {:.3} s = {:.3} s on {} thread(s)",
+                    f.decode_seconds, f.encode_seconds, f.seconds, f.threads
+                );
+                Ok(())
+            }
+        },
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    // First Ctrl-C cancels cleanly; a second one exits at once.
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("chunkfuse: cancelling (press Ctrl-C again to exit at once)");
+    });
+    match main_inner(cli, cancel) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("chunkfuse: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}

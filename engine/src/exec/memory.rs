@@ -1,0 +1,201 @@
+//! The memory budget: tasks reserve their projected bytes before they start; a reservation
+//! is an RAII guard that returns its bytes on drop.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// A byte budget shared by every running task.
+#[derive(Debug)]
+pub struct Budget {
+    limit: u64,
+    used: Mutex<u64>,
+    freed: Condvar,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Arc<Self> {
+        Arc::new(Budget {
+            limit,
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes currently reserved.
+    pub fn used(&self) -> u64 {
+        self.used.lock().map(|u| *u).unwrap_or(0)
+    }
+
+    /// Waits until `bytes` fit under the limit and reserves them. Returns `Ok(None)` when
+    /// `stop` is raised while waiting. A request larger than the whole budget is an error
+    /// naming `who`.
+    pub fn reserve(
+        self: &Arc<Self>,
+        bytes: u64,
+        who: &str,
+        stop: &AtomicBool,
+    ) -> Result<Option<Reservation>> {
+        if bytes > self.limit {
+            return Err(Error::new(
+                ErrorKind::Memory,
+                format!(
+                    "{who} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
+                    human_bytes(bytes),
+                    human_bytes(self.limit)
+                ),
+            ));
+        }
+        let mut used = self
+            .used
+            .lock()
+            .map_err(|_| Error::internal("memory budget lock poisoned"))?;
+        while *used + bytes > self.limit {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            used = self
+                .freed
+                .wait_timeout(used, Duration::from_millis(50))
+                .map_err(|_| Error::internal("memory budget lock poisoned"))?
+                .0;
+        }
+        *used += bytes;
+        Ok(Some(Reservation {
+            budget: self.clone(),
+            bytes,
+        }))
+    }
+
+    fn release(&self, bytes: u64) {
+        if let Ok(mut used) = self.used.lock() {
+            *used = used.saturating_sub(bytes);
+        }
+        self.freed.notify_all();
+    }
+}
+
+/// Bytes held against a [`Budget`]; returned when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Moves up to `bytes` of this reservation into a new one (for state that outlives the
+    /// task, such as a partial reduction waiting to be merged).
+    pub fn split(&mut self, bytes: u64) -> Reservation {
+        let take = bytes.min(self.bytes);
+        self.bytes -= take;
+        Reservation {
+            budget: self.budget.clone(),
+            bytes: take,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.release(self.bytes);
+        }
+    }
+}
+
+/// Formats a byte count with a binary unit (`1.5 GiB`).
+pub fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// Parses a size such as `2GB`, `512MiB`, `1.5G` or `1000000` (bytes). Decimal units (KB,
+/// MB, GB) are powers of 1000, binary ones (KiB, MiB, GiB, and the bare K, M, G) of 1024.
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| {
+        Error::new(
+            ErrorKind::Plan,
+            format!("invalid size \"{text}\"; use e.g. 2GB, 512MiB or 1000000"),
+        )
+    })?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024f64.powi(4),
+        other => return Err(Error::new(
+            ErrorKind::Plan,
+            format!(
+                "invalid size unit \"{other}\" in \"{text}\"; use B, KB, MB, GB, KiB, MiB or GiB"
+            ),
+        )),
+    };
+    let bytes = value * mult;
+    if bytes < 1.0 {
+        return Err(Error::new(
+            ErrorKind::Plan,
+            format!("size \"{text}\" must be at least one byte"),
+        ));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("2GB").unwrap(), 2_000_000_000);
+        assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
+        assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn reservations_return_their_bytes() {
+        let b = Budget::new(100);
+        let stop = AtomicBool::new(false);
+        let mut r = b.reserve(60, "t", &stop).unwrap().unwrap();
+        let kept = r.split(20);
+        assert_eq!(b.used(), 60);
+        drop(r);
+        assert_eq!(b.used(), 20);
+        drop(kept);
+        assert_eq!(b.used(), 0);
+        assert!(b.reserve(101, "big task", &stop).is_err());
+    }
+}

@@ -1,0 +1,12 @@
+//! Execution: the scheduler, the memory budget, tasks, progress and cancellation.
+
+pub mod memory;
+pub mod ops;
+pub mod progress;
+pub mod scheduler;
+pub mod task;
+
+pub use memory::{Budget, Reservation};
+pub use progress::Progress;
+pub use scheduler::Scheduler;
+pub use task::{Processor, ReadOp, Task, TaskContext, WriteOp};

@@ -1,0 +1,169 @@
+//! Compute stage: evaluate a fused value over a block of output chunks, encode each chunk and
+//! write it.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::region::{Assembler, RegionRead};
+use crate::array::buffer::copy_region;
+use crate::array::grid::indices_in;
+use crate::array::{Buffer, ChunkGrid, Region};
+use crate::error::Result;
+use crate::exec::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
+use crate::kernels::eval_into;
+use crate::optimize::fuse::Fused;
+use crate::zarr::ZarrArray;
+
+/// The output chunks of block `b` (of `block` chunks per axis) and the region they cover.
+pub fn block_region(grid: &ChunkGrid, block: &[u64], b: &[u64]) -> (Vec<Vec<u64>>, Region) {
+    let gshape = grid.grid_shape();
+    let first: Vec<u64> = b.iter().zip(block).map(|(i, k)| i * k).collect();
+    let counts: Vec<u64> = first
+        .iter()
+        .zip(block)
+        .zip(&gshape)
+        .map(|((f, k), g)| (*k).min(g - f))
+        .collect();
+    let chunks: Vec<Vec<u64>> = indices_in(&counts)
+        .into_iter()
+        .map(|rel| rel.iter().zip(&first).map(|(r, f)| r + f).collect())
+        .collect();
+    let start_region = grid.chunk_region(&first);
+    let last: Vec<u64> = first.iter().zip(&counts).map(|(f, c)| f + c - 1).collect();
+    let end_region = grid.chunk_region(&last);
+    let region = Region {
+        start: start_region.start.clone(),
+        shape: (0..grid.rank())
+            .map(|d| end_region.end(d) - start_region.start[d])
+            .collect(),
+    };
+    (chunks, region)
+}
+
+/// Number of blocks along each axis.
+pub fn block_grid(grid: &ChunkGrid, block: &[u64]) -> Vec<u64> {
+    grid.grid_shape()
+        .iter()
+        .zip(block)
+        .map(|(g, k)| g.div_ceil(*k))
+        .collect()
+}
+
+struct ComputeProcessor {
+    fused: Arc<Fused>,
+    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    out: Arc<ZarrArray>,
+    chunks: Vec<Vec<u64>>,
+    assembler: Assembler,
+}
+
+impl Processor for ComputeProcessor {
+    fn process(
+        &mut self,
+        _batch: usize,
+        data: Vec<Option<Vec<u8>>>,
+        ctx: &mut TaskContext,
+    ) -> Result<Vec<WriteOp>> {
+        self.assembler.accept(data, &self.arrays, ctx)?;
+        Ok(Vec::new())
+    }
+
+    fn finish(mut self: Box<Self>, _ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+        let region = self.assembler.region().clone();
+        let dtype = self.out.dtype();
+        let plain = self.fused.program.as_single_load().filter(|&l| {
+            self.fused.leaves[l].view.is_identity() && self.fused.leaves[l].dtype == dtype
+        });
+        let values = match plain {
+            Some(l) => {
+                let _ = self.assembler.leaf_inputs(&self.arrays);
+                self.assembler
+                    .take_leaf(l)
+                    .unwrap_or_else(|| Buffer::zeros(dtype, region.len() as usize))
+            }
+            None => {
+                let mut out = Buffer::zeros(dtype, region.len() as usize);
+                let leaves = self.assembler.leaf_inputs(&self.arrays);
+                eval_into(&self.fused.program, &leaves, &region.shape, &mut out)?;
+                out
+            }
+        };
+        let out = &self.out;
+        self.chunks
+            .par_iter()
+            .map(|idx| {
+                let chunk_region = out.grid().chunk_region(idx);
+                let encoded = if chunk_region == region {
+                    out.encode_chunk(idx, &values)?
+                } else {
+                    let mut c = Buffer::zeros(dtype, chunk_region.len() as usize);
+                    copy_region(
+                        values.bytes(),
+                        &region,
+                        c.bytes_mut(),
+                        &chunk_region,
+                        &chunk_region,
+                        dtype.size(),
+                    );
+                    out.encode_chunk(idx, &c)?
+                };
+                Ok(WriteOp {
+                    store: out.store().clone(),
+                    key: out.chunk_key(idx),
+                    value: encoded,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Bytes a compute task is projected to hold.
+pub fn projected_bytes(
+    read: &RegionRead,
+    arrays: &[Arc<ZarrArray>],
+    out_bytes: u64,
+    batch_bytes: u64,
+) -> u64 {
+    // Leaf buffers + output values + encoded outputs + two batches of reads in flight.
+    read.leaf_bytes(arrays) + 2 * out_bytes + 2 * batch_bytes
+}
+
+/// The tasks of a compute stage.
+pub fn tasks(
+    fused: Arc<Fused>,
+    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    out: Arc<ZarrArray>,
+    block: &[u64],
+    label: &str,
+    batch_limit_bytes: u64,
+) -> Vec<Task> {
+    let blocks = indices_in(&block_grid(out.grid(), block));
+    blocks
+        .into_iter()
+        .map(|b| {
+            let (chunks, region) = block_region(out.grid(), block, &b);
+            let read = RegionRead::plan(&fused, &arrays, &region);
+            let ops: Vec<ReadOp> = read.read_ops(&arrays);
+            let per_chunk = (read.chunk_bytes(&arrays) / ops.len().max(1) as u64).max(1);
+            let per_batch = (batch_limit_bytes / per_chunk).max(1) as usize;
+            let batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
+            let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
+            let out_bytes = region.len() * out.dtype().size() as u64;
+            let memory = projected_bytes(&read, &arrays, out_bytes, batch_bytes);
+            let label = format!("{label}: block {b:?}");
+            Task {
+                label,
+                memory,
+                batches,
+                processor: Box::new(ComputeProcessor {
+                    fused: fused.clone(),
+                    arrays: arrays.clone(),
+                    out: out.clone(),
+                    chunks,
+                    assembler: Assembler::new(read),
+                }),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,301 @@
+//! Reduce stage: for each output chunk, groups of input pieces are folded into partial
+//! accumulators (each piece streamed: read, decode, evaluate tile by tile, fold), and the
+//! partials merge in group order, so results do not depend on timing.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use super::region::{Assembler, RegionRead};
+use crate::array::grid::{c_strides, indices_in};
+use crate::array::{ChunkGrid, Region};
+use crate::error::{Error, Result};
+use crate::exec::memory::Reservation;
+use crate::exec::task::{Processor, Task, TaskContext, WriteOp};
+use crate::kernels::{drive, Accumulator};
+use crate::optimize::fuse::Fused;
+use crate::plan::ReduceFunc;
+use crate::zarr::ZarrArray;
+
+/// What a reduction computes.
+#[derive(Debug, Clone)]
+pub struct ReduceParams {
+    /// The function.
+    pub func: ReduceFunc,
+    /// Reduced input axes.
+    pub axes: Vec<usize>,
+    /// Whether the output keeps reduced axes.
+    pub keepdims: bool,
+    /// Delta degrees of freedom.
+    pub ddof: f64,
+}
+
+struct Merge {
+    groups: usize,
+    next: usize,
+    merged: Option<(Accumulator, Option<Reservation>)>,
+    waiting: BTreeMap<usize, (Accumulator, Option<Reservation>)>,
+}
+
+/// Partial results of one output chunk, merged in group order.
+struct OutputChunk {
+    idx: Vec<u64>,
+    merge: Mutex<Merge>,
+    count: u64,
+}
+
+struct ReduceProcessor {
+    fused: Arc<Fused>,
+    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    out: Arc<ZarrArray>,
+    params: Arc<ReduceParams>,
+    pieces: Vec<RegionRead>,
+    /// Input region of the whole output chunk.
+    chunk_input: Region,
+    group: usize,
+    acc: Option<Accumulator>,
+    acc_bytes: u64,
+    shared: Arc<OutputChunk>,
+}
+
+impl ReduceProcessor {
+    fn acc_strides(&self, piece: &Region) -> Vec<usize> {
+        // Accumulator layout: C order over the non-reduced axes of the chunk's input region.
+        let kept: Vec<u64> = (0..piece.rank())
+            .filter(|d| !self.params.axes.contains(d))
+            .map(|d| self.chunk_input.shape[d])
+            .collect();
+        let ks = c_strides(&kept);
+        let mut k = 0;
+        (0..piece.rank())
+            .map(|d| {
+                if self.params.axes.contains(&d) {
+                    0
+                } else {
+                    let s = ks[k] as usize;
+                    k += 1;
+                    s
+                }
+            })
+            .collect()
+    }
+}
+
+impl Processor for ReduceProcessor {
+    fn process(
+        &mut self,
+        batch: usize,
+        data: Vec<Option<Vec<u8>>>,
+        ctx: &mut TaskContext,
+    ) -> Result<Vec<WriteOp>> {
+        let read = self.pieces[batch].clone();
+        let piece = read.region.clone();
+        let mut asm = Assembler::new(read);
+        asm.accept(data, &self.arrays, ctx)?;
+        let strides = self.acc_strides(&piece);
+        let acc = self
+            .acc
+            .as_mut()
+            .ok_or_else(|| Error::internal("reduction accumulator missing"))?;
+        let positions = acc.needs_positions();
+        let leaves = asm.leaf_inputs(&self.arrays);
+        let mut regs = self.fused.program.registers();
+        let full_shape = &self.fused.shape;
+        let full_strides = c_strides(full_shape);
+        let axes = &self.params.axes;
+        let rank = piece.rank();
+        drive(
+            &self.fused.program,
+            &mut regs,
+            &leaves,
+            &piece.shape,
+            &strides,
+            !positions,
+            |reg, n, at| {
+                let index = if positions {
+                    // Global reduction index of the tile's first value and the step between values.
+                    if axes.len() == 1 && rank > 1 {
+                        let a = axes[0];
+                        let base = (piece.start[a] + at.index[a]) as i64;
+                        (base, if a == rank - 1 { 1 } else { 0 })
+                    } else {
+                        let base: u64 = (0..rank)
+                            .map(|d| (piece.start[d] + at.index[d]) * full_strides[d])
+                            .sum();
+                        (base as i64, 1)
+                    }
+                } else {
+                    (0, 0)
+                };
+                acc.fold(reg, n, at, index)
+            },
+        )?;
+        Ok(Vec::new())
+    }
+
+    fn finish(mut self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+        let acc = self
+            .acc
+            .take()
+            .ok_or_else(|| Error::internal("reduction accumulator missing"))?;
+        let held = ctx.detach(self.acc_bytes);
+        let shared = self.shared.clone();
+        let mut guard = shared
+            .merge
+            .lock()
+            .map_err(|_| Error::internal("reduction merge lock poisoned"))?;
+        let m = &mut *guard;
+        m.waiting.insert(self.group, (acc, held));
+        while let Some(entry) = m.waiting.remove(&m.next) {
+            match m.merged.as_mut() {
+                None => m.merged = Some(entry),
+                Some((merged, _)) => merged.merge(&entry.0)?,
+            }
+            m.next += 1;
+        }
+        if m.next < m.groups {
+            return Ok(Vec::new());
+        }
+        let Some((acc, _held)) = m.merged.take() else {
+            return Err(Error::internal("reduction finished without a result"));
+        };
+        drop(guard);
+        let values = acc.finish(self.out.dtype(), shared.count, self.params.ddof)?;
+        let encoded = self.out.encode_chunk(&shared.idx, &values)?;
+        Ok(vec![WriteOp {
+            store: self.out.store().clone(),
+            key: self.out.chunk_key(&shared.idx),
+            value: encoded,
+        }])
+    }
+}
+
+/// Maps an output chunk region to the input region it reduces.
+fn input_region(params: &ReduceParams, in_shape: &[u64], out_region: &Region) -> Region {
+    let rank = in_shape.len();
+    let mut start = Vec::with_capacity(rank);
+    let mut shape = Vec::with_capacity(rank);
+    let mut k = 0;
+    for (d, &n) in in_shape.iter().enumerate() {
+        if params.axes.contains(&d) {
+            start.push(0);
+            shape.push(n);
+            if params.keepdims {
+                k += 1;
+            }
+        } else {
+            start.push(out_region.start[k]);
+            shape.push(out_region.shape[k]);
+            k += 1;
+        }
+    }
+    Region { start, shape }
+}
+
+/// Splits `region` along the reduced axes at the chunk boundaries of `grid`.
+fn pieces(params: &ReduceParams, grid: &ChunkGrid, region: &Region) -> Vec<Region> {
+    let per_axis: Vec<Vec<(u64, u64)>> = (0..region.rank())
+        .map(|d| {
+            if params.axes.contains(&d) {
+                let a = &grid.axes()[d];
+                a.overlapping(region.start[d], region.shape[d])
+                    .map(|i| a.chunk(i))
+                    .collect()
+            } else {
+                vec![(region.start[d], region.shape[d])]
+            }
+        })
+        .collect();
+    let counts: Vec<u64> = per_axis.iter().map(|v| v.len() as u64).collect();
+    indices_in(&counts)
+        .into_iter()
+        .map(|ix| {
+            let (start, shape) = ix
+                .iter()
+                .enumerate()
+                .map(|(d, &i)| per_axis[d][i as usize])
+                .unzip();
+            Region { start, shape }
+        })
+        .collect()
+}
+
+/// Decoded bytes folded per partial accumulator: enough work per task to amortise the
+/// partial, few enough partials to merge cheaply.
+const GROUP_BYTES: u64 = 64 << 20;
+
+/// The tasks of a reduce stage.
+pub fn tasks(
+    fused: Arc<Fused>,
+    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    out: Arc<ZarrArray>,
+    params: ReduceParams,
+    label: &str,
+) -> Result<Vec<Task>> {
+    let params = Arc::new(params);
+    let in_shape = fused.shape.clone();
+    let count: u64 = params.axes.iter().map(|&a| in_shape[a]).product();
+    let mut tasks = Vec::new();
+    for idx in out.grid().chunk_indices() {
+        let out_region = out.grid().chunk_region(&idx);
+        let chunk_input = input_region(&params, &in_shape, &out_region);
+        let reads: Vec<RegionRead> = pieces(&params, &fused.grid, &chunk_input)
+            .iter()
+            .map(|p| RegionRead::plan(&fused, &arrays, p))
+            .collect();
+        let piece_bytes = reads
+            .iter()
+            .map(|r| r.leaf_bytes(&arrays))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let piece_read = reads
+            .iter()
+            .map(|r| r.chunk_bytes(&arrays))
+            .max()
+            .unwrap_or(0);
+        let per_group = (GROUP_BYTES / piece_bytes).clamp(1, reads.len().max(1) as u64) as usize;
+        let groups: Vec<Vec<RegionRead>> = if reads.is_empty() {
+            vec![Vec::new()]
+        } else {
+            reads.chunks(per_group).map(|c| c.to_vec()).collect()
+        };
+        let acc_len = out_region.len() as usize;
+        let acc_bytes = acc_len as u64 * Accumulator::bytes_per_element(params.func);
+        let shared = Arc::new(OutputChunk {
+            idx: idx.clone(),
+            merge: Mutex::new(Merge {
+                groups: groups.len(),
+                next: 0,
+                merged: None,
+                waiting: BTreeMap::new(),
+            }),
+            count,
+        });
+        let out_bytes = out_region.len() * out.dtype().size() as u64;
+        for (g, group) in groups.into_iter().enumerate() {
+            let batches = group.iter().map(|r| r.read_ops(&arrays)).collect();
+            let compute = fused.dtype();
+            let acc = Accumulator::new(params.func, compute, acc_len)?;
+            // Accumulator + two pieces read ahead + one piece's leaf buffers + encoded output.
+            let memory = acc_bytes + 2 * piece_read + piece_bytes + 2 * out_bytes;
+            tasks.push(Task {
+                label: format!("{label}: output chunk {idx:?}, group {g}"),
+                memory,
+                batches,
+                processor: Box::new(ReduceProcessor {
+                    fused: fused.clone(),
+                    arrays: arrays.clone(),
+                    out: out.clone(),
+                    params: params.clone(),
+                    pieces: group,
+                    chunk_input: chunk_input.clone(),
+                    group: g,
+                    acc: Some(acc),
+                    acc_bytes,
+                    shared: shared.clone(),
+                }),
+            });
+        }
+    }
+    Ok(tasks)
+}

@@ -1,0 +1,524 @@
+//! The scheduler: admits tasks in order while their projected memory fits the budget, runs
+//! IO on the stores' IO threads and compute on the rayon pool, and never blocks a compute
+//! thread on IO.
+//!
+//! A task moves through: reserve → read batch 0 (and prefetch batch 1) → process batch 0 on
+//! rayon → read batch 2 while processing batch 1 → … → finish → write → release. Callbacks
+//! carry it from one stage to the next; the dispatching thread only waits for budget.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::memory::{Budget, Reservation};
+use super::progress::Progress;
+use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
+use crate::error::{Error, Result};
+
+/// Runs stages of tasks.
+pub struct Scheduler {
+    pool: Arc<rayon::ThreadPool>,
+    budget: Arc<Budget>,
+    progress: Arc<Progress>,
+    cancel: Arc<AtomicBool>,
+}
+
+struct Shared {
+    error: Mutex<Option<Error>>,
+    active: Mutex<usize>,
+    idle: Condvar,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn fail(&self, e: Error) {
+        if let Ok(mut slot) = self.error.lock() {
+            slot.get_or_insert(e);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    fn task_finished(&self) {
+        if let Ok(mut a) = self.active.lock() {
+            *a -= 1;
+        }
+        self.idle.notify_all();
+    }
+}
+
+struct Running {
+    label: String,
+    processor: Option<Box<dyn Processor>>,
+    batches: Vec<Option<Vec<ReadOp>>>,
+    n_batches: usize,
+    arrived: HashMap<usize, Vec<Option<Vec<u8>>>>,
+    next: usize,
+    busy: bool,
+    processed_all: bool,
+    writes_pending: usize,
+    reservation: Option<Reservation>,
+    ended: bool,
+}
+
+type TaskRef = Arc<Mutex<Running>>;
+
+struct Ctx {
+    pool: Arc<rayon::ThreadPool>,
+    progress: Arc<Progress>,
+    shared: Arc<Shared>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Scheduler {
+    /// A scheduler with `threads` compute threads (all cores when 0) and a `budget`.
+    pub fn new(
+        threads: usize,
+        budget: Arc<Budget>,
+        progress: Arc<Progress>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Self> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("chunkfuse-compute-{i}"))
+            .build()
+            .map_err(|e| Error::internal(format!("cannot start compute threads: {e}")))?;
+        Ok(Scheduler {
+            pool: Arc::new(pool),
+            budget,
+            progress,
+            cancel,
+        })
+    }
+
+    /// Number of compute threads.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// The memory budget.
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.budget
+    }
+
+    /// The metrics.
+    pub fn progress(&self) -> &Arc<Progress> {
+        &self.progress
+    }
+
+    /// Runs `f` on the compute pool and waits (for work outside tasks, such as planning).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    /// Runs every task of a stage and returns when all have finished, or the first error
+    /// once every started task has stopped.
+    pub fn run(&self, tasks: Vec<Task>) -> Result<()> {
+        let shared = Arc::new(Shared {
+            error: Mutex::new(None),
+            active: Mutex::new(0),
+            idle: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let ctx = Arc::new(Ctx {
+            pool: self.pool.clone(),
+            progress: self.progress.clone(),
+            shared: shared.clone(),
+            cancel: self.cancel.clone(),
+        });
+        for task in tasks {
+            if self.cancel.load(Ordering::SeqCst) {
+                shared.fail(Error::cancelled());
+            }
+            if shared.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let reservation = match self.budget.reserve(task.memory, &task.label, &shared.stop) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    shared.fail(e);
+                    break;
+                }
+            };
+            if let Ok(mut a) = shared.active.lock() {
+                *a += 1;
+            }
+            start(&ctx, task, reservation);
+        }
+        // Wait for every started task, watching for Ctrl-C.
+        let mut active = shared
+            .active
+            .lock()
+            .map_err(|_| Error::internal("scheduler lock poisoned"))?;
+        while *active > 0 {
+            if self.cancel.load(Ordering::SeqCst) {
+                shared.stop.store(true, Ordering::SeqCst);
+                if let Ok(mut slot) = shared.error.lock() {
+                    slot.get_or_insert(Error::cancelled());
+                }
+            }
+            active = shared
+                .idle
+                .wait_timeout(active, std::time::Duration::from_millis(50))
+                .map_err(|_| Error::internal("scheduler lock poisoned"))?
+                .0;
+        }
+        drop(active);
+        if self.cancel.load(Ordering::SeqCst) {
+            return Err(Error::cancelled());
+        }
+        match shared.error.lock().ok().and_then(|mut e| e.take()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
+    let n = task.batches.len();
+    let t: TaskRef = Arc::new(Mutex::new(Running {
+        label: task.label,
+        processor: Some(task.processor),
+        batches: task.batches.into_iter().map(Some).collect(),
+        n_batches: n,
+        arrived: HashMap::new(),
+        next: 0,
+        busy: false,
+        processed_all: false,
+        writes_pending: 0,
+        reservation: Some(reservation),
+        ended: false,
+    }));
+    if n == 0 {
+        spawn_finish(ctx, &t);
+        return;
+    }
+    issue_read(ctx, &t, 0);
+    if n > 1 {
+        issue_read(ctx, &t, 1);
+    }
+}
+
+/// Ends a task once: releases its memory and tells the dispatcher.
+fn end(ctx: &Arc<Ctx>, t: &TaskRef, error: Option<Error>) {
+    let (label, was_ended, reservation) = match t.lock() {
+        Ok(mut r) => {
+            let was = r.ended;
+            r.ended = true;
+            r.processor = None;
+            r.arrived.clear();
+            (r.label.clone(), was, r.reservation.take())
+        }
+        Err(_) => (String::new(), false, None),
+    };
+    if was_ended {
+        return;
+    }
+    drop(reservation);
+    match error {
+        Some(e) => {
+            let e = if e.context.array.is_none() && e.context.chunk_key.is_none() {
+                let mut e = e;
+                e.message = format!("{} (in {label})", e.message);
+                e
+            } else {
+                e
+            };
+            ctx.shared.fail(e)
+        }
+        None => ctx.progress.task_done(),
+    }
+    ctx.shared.task_finished();
+}
+
+fn stopped(ctx: &Ctx) -> bool {
+    ctx.shared.stop.load(Ordering::SeqCst) || ctx.cancel.load(Ordering::SeqCst)
+}
+
+fn issue_read(ctx: &Arc<Ctx>, t: &TaskRef, i: usize) {
+    let ops = match t.lock() {
+        Ok(mut r) => r.batches.get_mut(i).and_then(|b| b.take()),
+        Err(_) => None,
+    };
+    let Some(ops) = ops else { return };
+    // Group by store, keeping the request order for the processor.
+    let mut groups: Vec<(
+        Arc<dyn crate::store::Store>,
+        Vec<usize>,
+        Vec<crate::store::ReadRequest>,
+    )> = Vec::new();
+    for (k, op) in ops.into_iter().enumerate() {
+        match groups.iter_mut().find(|g| Arc::ptr_eq(&g.0, &op.store)) {
+            Some(g) => {
+                g.1.push(k);
+                g.2.push(op.req);
+            }
+            None => groups.push((op.store, vec![k], vec![op.req])),
+        }
+    }
+    let total: usize = groups.iter().map(|g| g.1.len()).sum();
+    let join = Arc::new(Mutex::new((vec![None; total], groups.len(), None::<Error>)));
+    if groups.is_empty() {
+        on_data(ctx, t, i, Vec::new());
+        return;
+    }
+    for (store, positions, reqs) in groups {
+        let ctx2 = ctx.clone();
+        let t2 = t.clone();
+        let join = join.clone();
+        store.read_batch(
+            reqs,
+            Box::new(move |res| {
+                let finished = match join.lock() {
+                    Ok(mut j) => {
+                        match res {
+                            Ok(values) => {
+                                for (p, v) in positions.into_iter().zip(values) {
+                                    if let Some(v) = &v {
+                                        ctx2.progress
+                                            .bytes_read
+                                            .fetch_add(v.len() as u64, Ordering::Relaxed);
+                                    }
+                                    j.0[p] = v;
+                                }
+                            }
+                            Err(e) => {
+                                j.2.get_or_insert(e);
+                            }
+                        }
+                        j.1 -= 1;
+                        if j.1 == 0 {
+                            Some((std::mem::take(&mut j.0), j.2.take()))
+                        } else {
+                            None
+                        }
+                    }
+                    Err(_) => Some((Vec::new(), Some(Error::internal("read join poisoned")))),
+                };
+                match finished {
+                    Some((_, Some(e))) => end(&ctx2, &t2, Some(e)),
+                    Some((data, None)) => on_data(&ctx2, &t2, i, data),
+                    None => {}
+                }
+            }),
+        );
+    }
+}
+
+fn on_data(ctx: &Arc<Ctx>, t: &TaskRef, i: usize, data: Vec<Option<Vec<u8>>>) {
+    if let Ok(mut r) = t.lock() {
+        if r.ended {
+            return;
+        }
+        r.arrived.insert(i, data);
+    }
+    try_process(ctx, t);
+}
+
+fn try_process(ctx: &Arc<Ctx>, t: &TaskRef) {
+    if stopped(ctx) {
+        end(
+            ctx,
+            t,
+            ctx.cancel.load(Ordering::SeqCst).then(Error::cancelled),
+        );
+        return;
+    }
+    let job = match t.lock() {
+        Ok(mut r) => {
+            if r.ended || r.busy || r.processed_all {
+                None
+            } else {
+                let next = r.next;
+                match r.arrived.remove(&next) {
+                    Some(data) => r.processor.take().map(|p| {
+                        r.busy = true;
+                        (next, data, p, r.reservation.take())
+                    }),
+                    None => None,
+                }
+            }
+        }
+        Err(_) => None,
+    };
+    let Some((i, data, mut processor, mut reservation)) = job else {
+        return;
+    };
+    // Prefetch the batch after the one about to run (batch i + 1 is already in flight).
+    issue_read(ctx, t, i + 2);
+    let ctx2 = ctx.clone();
+    let t2 = t.clone();
+    ctx.pool.spawn(move || {
+        let result = {
+            let mut tctx = TaskContext::new(&ctx2.progress, &mut reservation);
+            processor.process(i, data, &mut tctx)
+        };
+        let last = match t2.lock() {
+            Ok(mut r) => {
+                r.busy = false;
+                r.processor = Some(processor);
+                r.reservation = reservation;
+                r.next += 1;
+                r.next == r.n_batches
+            }
+            Err(_) => false,
+        };
+        match result {
+            Err(e) => end(&ctx2, &t2, Some(e)),
+            Ok(writes) => {
+                issue_writes(&ctx2, &t2, writes);
+                if last {
+                    spawn_finish(&ctx2, &t2);
+                } else {
+                    try_process(&ctx2, &t2);
+                }
+            }
+        }
+    });
+}
+
+fn spawn_finish(ctx: &Arc<Ctx>, t: &TaskRef) {
+    let job = match t.lock() {
+        Ok(mut r) => r.processor.take().map(|p| (p, r.reservation.take())),
+        Err(_) => None,
+    };
+    let Some((processor, mut reservation)) = job else {
+        return;
+    };
+    let ctx2 = ctx.clone();
+    let t2 = t.clone();
+    ctx.pool.spawn(move || {
+        if stopped(&ctx2) {
+            end(&ctx2, &t2, None);
+            return;
+        }
+        let result = {
+            let mut tctx = TaskContext::new(&ctx2.progress, &mut reservation);
+            processor.finish(&mut tctx)
+        };
+        if let Ok(mut r) = t2.lock() {
+            r.reservation = reservation;
+            r.processed_all = true;
+        }
+        match result {
+            Err(e) => end(&ctx2, &t2, Some(e)),
+            Ok(writes) => {
+                issue_writes(&ctx2, &t2, writes);
+                check_done(&ctx2, &t2);
+            }
+        }
+    });
+}
+
+fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
+    if writes.is_empty() {
+        return;
+    }
+    if let Ok(mut r) = t.lock() {
+        r.writes_pending += writes.len();
+    }
+    for w in writes {
+        let ctx2 = ctx.clone();
+        let t2 = t.clone();
+        let done = Box::new(move |res: Result<()>| {
+            if let Ok(mut r) = t2.lock() {
+                r.writes_pending -= 1;
+            }
+            match res {
+                Err(e) => end(&ctx2, &t2, Some(e)),
+                Ok(()) => check_done(&ctx2, &t2),
+            }
+        });
+        match w.value {
+            Some(v) => {
+                ctx.progress
+                    .bytes_written
+                    .fetch_add(v.len() as u64, Ordering::Relaxed);
+                w.store.write_async(w.key, v, done)
+            }
+            None => done(w.store.erase(&w.key)),
+        }
+    }
+}
+
+fn check_done(ctx: &Arc<Ctx>, t: &TaskRef) {
+    let finished = match t.lock() {
+        Ok(r) => r.processed_all && r.writes_pending == 0 && !r.ended,
+        Err(_) => false,
+    };
+    if finished {
+        end(ctx, t, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::ReadRequest;
+
+    struct Doubler {
+        store: Arc<dyn crate::store::Store>,
+        sum: u64,
+        key: String,
+    }
+
+    impl Processor for Doubler {
+        fn process(
+            &mut self,
+            _b: usize,
+            data: Vec<Option<Vec<u8>>>,
+            _c: &mut TaskContext,
+        ) -> Result<Vec<WriteOp>> {
+            self.sum += data.iter().flatten().map(|v| v[0] as u64).sum::<u64>();
+            Ok(vec![])
+        }
+        fn finish(self: Box<Self>, _c: &mut TaskContext) -> Result<Vec<WriteOp>> {
+            Ok(vec![WriteOp {
+                store: self.store.clone(),
+                key: self.key.clone(),
+                value: Some(vec![(self.sum * 2) as u8]),
+            }])
+        }
+    }
+
+    #[test]
+    fn tasks_read_process_and_write_in_batches() {
+        let store = MemoryStore::named("scheduler-test");
+        for i in 0..6u8 {
+            store.set(&format!("in/{i}"), vec![i]).unwrap();
+        }
+        let budget = Budget::new(1000);
+        let progress = Arc::new(Progress::new(false));
+        let s = Scheduler::new(
+            2,
+            budget.clone(),
+            progress,
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap();
+        let tasks = (0..2)
+            .map(|t| Task {
+                label: format!("task {t}"),
+                memory: 400,
+                batches: (0..3)
+                    .map(|b| {
+                        vec![ReadOp {
+                            store: store.clone(),
+                            req: ReadRequest::whole(format!("in/{}", t * 3 + b)),
+                        }]
+                    })
+                    .collect(),
+                processor: Box::new(Doubler {
+                    store: store.clone(),
+                    sum: 0,
+                    key: format!("out/{t}"),
+                }),
+            })
+            .collect();
+        s.run(tasks).unwrap();
+        assert_eq!(store.get("out/0").unwrap(), Some(vec![6]));
+        assert_eq!(store.get("out/1").unwrap(), Some(vec![24]));
+        assert_eq!(budget.used(), 0);
+    }
+}

@@ -1,0 +1,83 @@
+//! What the scheduler runs: tasks that read batches of keys, process each batch on the
+//! compute pool, and write results.
+
+use std::sync::Arc;
+
+use super::memory::Reservation;
+use super::progress::Progress;
+use crate::error::Result;
+use crate::store::{ReadRequest, Store};
+
+/// One read of a task.
+#[derive(Clone)]
+pub struct ReadOp {
+    /// Where.
+    pub store: Arc<dyn Store>,
+    /// What.
+    pub req: ReadRequest,
+}
+
+/// One write of a task: `value` `None` erases the key (a chunk equal to the fill value).
+pub struct WriteOp {
+    /// Where.
+    pub store: Arc<dyn Store>,
+    /// The key.
+    pub key: String,
+    /// The bytes, or `None` to erase.
+    pub value: Option<Vec<u8>>,
+}
+
+/// What a task's processor can use while it runs.
+pub struct TaskContext<'a> {
+    /// Run metrics.
+    pub progress: &'a Progress,
+    reservation: &'a mut Option<Reservation>,
+}
+
+impl<'a> TaskContext<'a> {
+    /// A context over `progress` and the task's reservation.
+    pub fn new(progress: &'a Progress, reservation: &'a mut Option<Reservation>) -> Self {
+        TaskContext {
+            progress,
+            reservation,
+        }
+    }
+
+    /// Splits `bytes` off the task's reservation for state that outlives the task.
+    pub fn detach(&mut self, bytes: u64) -> Option<Reservation> {
+        self.reservation.as_mut().map(|r| r.split(bytes))
+    }
+
+    /// Records decoded bytes for the metrics.
+    pub fn add_decoded(&self, bytes: u64) {
+        self.progress
+            .decoded_bytes
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The compute side of a task: called once per read batch, in order, then once at the end.
+pub trait Processor: Send {
+    /// Processes read batch `batch` (values in request order, `None` for missing keys).
+    fn process(
+        &mut self,
+        batch: usize,
+        data: Vec<Option<Vec<u8>>>,
+        ctx: &mut TaskContext,
+    ) -> Result<Vec<WriteOp>>;
+
+    /// Finishes after the last batch.
+    fn finish(self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>>;
+}
+
+/// A unit of scheduling.
+pub struct Task {
+    /// For progress and errors (`"sum of y: output chunk 0.0, inputs 0..16"`).
+    pub label: String,
+    /// Projected peak bytes, reserved before the task starts.
+    pub memory: u64,
+    /// Read batches; batch `i + 1` is prefetched while batch `i` is processed.
+    pub batches: Vec<Vec<ReadOp>>,
+    /// The compute.
+    pub processor: Box<dyn Processor>,
+}

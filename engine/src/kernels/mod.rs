@@ -1,0 +1,11 @@
+//! Compute kernels: fused elementwise programs over tiles, and streaming reductions.
+
+pub mod ops;
+pub mod program;
+pub mod reduce;
+pub mod region;
+pub mod work;
+
+pub use program::{Inst, Program};
+pub use reduce::Accumulator;
+pub use region::{drive, eval_into, LeafInput};

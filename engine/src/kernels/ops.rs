@@ -1,0 +1,369 @@
+//! numpy ufunc semantics on tiles of working values.
+
+use num_complex::Complex64;
+
+use super::work::{narrow, Reg};
+use crate::error::{Error, ErrorKind, Result};
+use crate::plan::expr::Signature;
+use crate::plan::Func;
+
+fn zip2<A: Copy, B: Copy, C>(a: &[A], b: &[B], out: &mut [C], n: usize, f: impl Fn(A, B) -> C) {
+    for ((o, x), y) in out[..n].iter_mut().zip(&a[..n]).zip(&b[..n]) {
+        *o = f(*x, *y);
+    }
+}
+
+fn map1<A: Copy, C>(a: &[A], out: &mut [C], n: usize, f: impl Fn(A) -> C) {
+    for (o, x) in out[..n].iter_mut().zip(&a[..n]) {
+        *o = f(*x);
+    }
+}
+
+/// numpy's floor division and remainder of floats (`npy_divmod`).
+pub fn float_divmod(a: f64, b: f64) -> (f64, f64) {
+    if b == 0.0 {
+        return (a / b, f64::NAN);
+    }
+    let mut m = a % b;
+    let mut div = (a - m) / b;
+    if m != 0.0 {
+        if (b < 0.0) != (m < 0.0) {
+            m += b;
+            div -= 1.0;
+        }
+    } else {
+        m = 0.0f64.copysign(b);
+    }
+    let floordiv = if div != 0.0 {
+        let f = div.floor();
+        if div - f > 0.5 {
+            f + 1.0
+        } else {
+            f
+        }
+    } else {
+        0.0f64.copysign(a / b)
+    };
+    (floordiv, m)
+}
+
+fn int_floordiv(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    let q = a.wrapping_div(b);
+    if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+fn int_rem(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    let r = a.wrapping_rem(b);
+    if r != 0 && ((r < 0) != (b < 0)) {
+        r + b
+    } else {
+        r
+    }
+}
+
+fn int_pow(mut base: i64, mut exp: u64) -> i64 {
+    let mut acc: i64 = 1;
+    while exp > 0 {
+        if exp & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exp >>= 1;
+    }
+    acc
+}
+
+fn uint_pow(mut base: u64, mut exp: u64) -> u64 {
+    let mut acc: u64 = 1;
+    while exp > 0 {
+        if exp & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exp >>= 1;
+    }
+    acc
+}
+
+fn fmax(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn fmin(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+/// numpy orders complex numbers lexicographically (real part first).
+fn clt(a: Complex64, b: Complex64) -> bool {
+    a.re < b.re || (a.re == b.re && a.im < b.im)
+}
+
+fn unsupported(func: Func, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("{} has no kernel for {what} values", func.name()),
+    )
+}
+
+/// Computes `func` on the first `n` values of `args` (all of dtype `sig.compute`, except the
+/// bool condition of `where`) into `out` (of dtype `sig.result`), then narrows the result.
+pub fn call(func: Func, sig: Signature, args: &[&Reg], out: &mut Reg, n: usize) -> Result<()> {
+    match args.len() {
+        1 => unary(func, args[0], out, n)?,
+        2 => binary(func, args[0], args[1], out, n)?,
+        _ => ternary(func, args[0], args[1], args[2], out, n)?,
+    }
+    narrow(out, sig.result, n);
+    Ok(())
+}
+
+fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
+    use Func::*;
+    match (a, out) {
+        (Reg::B(a), Reg::B(o)) => match func {
+            LogicalNot => map1(a, o, n, |x| !x),
+            Abs | Floor | Ceil => map1(a, o, n, |x| x),
+            _ => return Err(unsupported(func, "bool")),
+        },
+        (Reg::I(a), Reg::B(o)) if func == LogicalNot => map1(a, o, n, |x| x == 0),
+        (Reg::U(a), Reg::B(o)) if func == LogicalNot => map1(a, o, n, |x| x == 0),
+        (Reg::F(a), Reg::B(o)) if func == LogicalNot => map1(a, o, n, |x| x == 0.0),
+        (Reg::C(a), Reg::B(o)) if func == LogicalNot => {
+            map1(a, o, n, |x| x.re == 0.0 && x.im == 0.0)
+        }
+        (Reg::I(a), Reg::I(o)) => match func {
+            Negative => map1(a, o, n, |x: i64| x.wrapping_neg()),
+            Abs => map1(a, o, n, |x: i64| x.wrapping_abs()),
+            Floor | Ceil => map1(a, o, n, |x| x),
+            _ => return Err(unsupported(func, "integer")),
+        },
+        (Reg::U(a), Reg::U(o)) => match func {
+            Negative => map1(a, o, n, |x: u64| x.wrapping_neg()),
+            Abs | Floor | Ceil => map1(a, o, n, |x| x),
+            _ => return Err(unsupported(func, "uint64")),
+        },
+        (Reg::F(a), Reg::F(o)) => match func {
+            Negative => map1(a, o, n, |x: f64| -x),
+            Abs => map1(a, o, n, f64::abs),
+            Sqrt => map1(a, o, n, f64::sqrt),
+            Exp => map1(a, o, n, f64::exp),
+            Log => map1(a, o, n, f64::ln),
+            Sin => map1(a, o, n, f64::sin),
+            Cos => map1(a, o, n, f64::cos),
+            Floor => map1(a, o, n, f64::floor),
+            Ceil => map1(a, o, n, f64::ceil),
+            _ => return Err(unsupported(func, "float")),
+        },
+        (Reg::C(a), Reg::F(o)) if func == Abs => map1(a, o, n, |x: Complex64| x.norm()),
+        (Reg::C(a), Reg::C(o)) => match func {
+            Negative => map1(a, o, n, |x: Complex64| -x),
+            Sqrt => map1(a, o, n, |x: Complex64| x.sqrt()),
+            Exp => map1(a, o, n, |x: Complex64| x.exp()),
+            Log => map1(a, o, n, |x: Complex64| x.ln()),
+            Sin => map1(a, o, n, |x: Complex64| x.sin()),
+            Cos => map1(a, o, n, |x: Complex64| x.cos()),
+            _ => return Err(unsupported(func, "complex")),
+        },
+        _ => return Err(unsupported(func, "these")),
+    }
+    Ok(())
+}
+
+fn binary(func: Func, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
+    use Func::*;
+    match (a, b, out) {
+        (Reg::B(a), Reg::B(b), Reg::B(o)) => match func {
+            Add | LogicalOr | Maximum => zip2(a, b, o, n, |x, y| x | y),
+            Multiply | LogicalAnd | Minimum => zip2(a, b, o, n, |x, y| x & y),
+            LogicalXor | NotEqual => zip2(a, b, o, n, |x, y| x ^ y),
+            Equal => zip2(a, b, o, n, |x, y| x == y),
+            Less => zip2(a, b, o, n, |x, y| !x & y),
+            LessEqual => zip2(a, b, o, n, |x, y| !x | y),
+            Greater => zip2(a, b, o, n, |x, y| x & !y),
+            GreaterEqual => zip2(a, b, o, n, |x, y| x | !y),
+            _ => return Err(unsupported(func, "bool")),
+        },
+        (Reg::I(a), Reg::I(b), Reg::I(o)) => match func {
+            Add => zip2(a, b, o, n, |x: i64, y| x.wrapping_add(y)),
+            Subtract => zip2(a, b, o, n, |x: i64, y| x.wrapping_sub(y)),
+            Multiply => zip2(a, b, o, n, |x: i64, y| x.wrapping_mul(y)),
+            FloorDivide => zip2(a, b, o, n, int_floordiv),
+            Remainder => zip2(a, b, o, n, int_rem),
+            Power => {
+                if b[..n].iter().any(|&y| y < 0) {
+                    return Err(Error::new(
+                        ErrorKind::Plan,
+                        "integers to negative integer powers are not allowed",
+                    ));
+                }
+                zip2(a, b, o, n, |x, y| int_pow(x, y as u64))
+            }
+            Maximum => zip2(a, b, o, n, |x: i64, y| x.max(y)),
+            Minimum => zip2(a, b, o, n, |x: i64, y| x.min(y)),
+            _ => return Err(unsupported(func, "integer")),
+        },
+        (Reg::I(a), Reg::I(b), Reg::B(o)) => cmp(func, a, b, o, n)?,
+        (Reg::U(a), Reg::U(b), Reg::U(o)) => match func {
+            Add => zip2(a, b, o, n, |x: u64, y| x.wrapping_add(y)),
+            Subtract => zip2(a, b, o, n, |x: u64, y| x.wrapping_sub(y)),
+            Multiply => zip2(a, b, o, n, |x: u64, y| x.wrapping_mul(y)),
+            FloorDivide => zip2(a, b, o, n, |x: u64, y| if y == 0 { 0 } else { x / y }),
+            Remainder => zip2(a, b, o, n, |x: u64, y| if y == 0 { 0 } else { x % y }),
+            Power => zip2(a, b, o, n, uint_pow),
+            Maximum => zip2(a, b, o, n, |x: u64, y| x.max(y)),
+            Minimum => zip2(a, b, o, n, |x: u64, y| x.min(y)),
+            _ => return Err(unsupported(func, "uint64")),
+        },
+        (Reg::U(a), Reg::U(b), Reg::B(o)) => cmp(func, a, b, o, n)?,
+        (Reg::F(a), Reg::F(b), Reg::F(o)) => match func {
+            Add => zip2(a, b, o, n, |x, y| x + y),
+            Subtract => zip2(a, b, o, n, |x, y| x - y),
+            Multiply => zip2(a, b, o, n, |x, y| x * y),
+            Divide => zip2(a, b, o, n, |x, y| x / y),
+            FloorDivide => zip2(a, b, o, n, |x, y| float_divmod(x, y).0),
+            Remainder => zip2(a, b, o, n, |x, y| float_divmod(x, y).1),
+            Power => zip2(a, b, o, n, f64::powf),
+            Maximum => zip2(a, b, o, n, fmax),
+            Minimum => zip2(a, b, o, n, fmin),
+            _ => return Err(unsupported(func, "float")),
+        },
+        (Reg::F(a), Reg::F(b), Reg::B(o)) => cmp(func, a, b, o, n)?,
+        (Reg::C(a), Reg::C(b), Reg::C(o)) => match func {
+            Add => zip2(a, b, o, n, |x, y| x + y),
+            Subtract => zip2(a, b, o, n, |x, y| x - y),
+            Multiply => zip2(a, b, o, n, |x, y| x * y),
+            Divide => zip2(a, b, o, n, |x: Complex64, y: Complex64| x.fdiv(y)),
+            Power => zip2(a, b, o, n, |x: Complex64, y: Complex64| {
+                if y.im == 0.0 && y.re == y.re.trunc() && y.re.abs() <= 64.0 {
+                    x.powi(y.re as i32)
+                } else if x.re == 0.0 && x.im == 0.0 {
+                    if y.re == 0.0 && y.im == 0.0 {
+                        Complex64::new(1.0, 0.0)
+                    } else {
+                        Complex64::new(0.0, 0.0)
+                    }
+                } else {
+                    x.powc(y)
+                }
+            }),
+            Maximum => zip2(a, b, o, n, |x, y| if clt(x, y) { y } else { x }),
+            Minimum => zip2(a, b, o, n, |x, y| if clt(y, x) { y } else { x }),
+            _ => return Err(unsupported(func, "complex")),
+        },
+        (Reg::C(a), Reg::C(b), Reg::B(o)) => match func {
+            Equal => zip2(a, b, o, n, |x, y| x == y),
+            NotEqual => zip2(a, b, o, n, |x, y| x != y),
+            Less => zip2(a, b, o, n, clt),
+            Greater => zip2(a, b, o, n, |x, y| clt(y, x)),
+            LessEqual => zip2(a, b, o, n, |x, y| clt(x, y) || x == y),
+            GreaterEqual => zip2(a, b, o, n, |x, y| clt(y, x) || x == y),
+            _ => return Err(unsupported(func, "complex")),
+        },
+        _ => return Err(unsupported(func, "mixed")),
+    }
+    Ok(())
+}
+
+fn cmp<T: PartialOrd + Copy>(func: Func, a: &[T], b: &[T], o: &mut [bool], n: usize) -> Result<()> {
+    use Func::*;
+    match func {
+        Equal => zip2(a, b, o, n, |x, y| x == y),
+        NotEqual => zip2(a, b, o, n, |x, y| x != y),
+        Less => zip2(a, b, o, n, |x, y| x < y),
+        LessEqual => zip2(a, b, o, n, |x, y| x <= y),
+        Greater => zip2(a, b, o, n, |x, y| x > y),
+        GreaterEqual => zip2(a, b, o, n, |x, y| x >= y),
+        _ => return Err(unsupported(func, "comparison")),
+    }
+    Ok(())
+}
+
+fn select<T: Copy>(c: &[bool], a: &[T], b: &[T], o: &mut [T], n: usize) {
+    for i in 0..n {
+        o[i] = if c[i] { a[i] } else { b[i] };
+    }
+}
+
+fn ternary(func: Func, x: &Reg, y: &Reg, z: &Reg, out: &mut Reg, n: usize) -> Result<()> {
+    match func {
+        Func::Where => {
+            let Reg::B(c) = x else {
+                return Err(Error::internal("where: condition is not bool"));
+            };
+            match (y, z, out) {
+                (Reg::B(a), Reg::B(b), Reg::B(o)) => select(c, a, b, o, n),
+                (Reg::I(a), Reg::I(b), Reg::I(o)) => select(c, a, b, o, n),
+                (Reg::U(a), Reg::U(b), Reg::U(o)) => select(c, a, b, o, n),
+                (Reg::F(a), Reg::F(b), Reg::F(o)) => select(c, a, b, o, n),
+                (Reg::C(a), Reg::C(b), Reg::C(o)) => select(c, a, b, o, n),
+                _ => return Err(unsupported(func, "mixed")),
+            }
+        }
+        Func::Clip => match (x, y, z, out) {
+            // numpy: minimum(maximum(x, lo), hi), NaN propagating.
+            (Reg::I(a), Reg::I(l), Reg::I(h), Reg::I(o)) => {
+                for i in 0..n {
+                    o[i] = a[i].max(l[i]).min(h[i]);
+                }
+            }
+            (Reg::U(a), Reg::U(l), Reg::U(h), Reg::U(o)) => {
+                for i in 0..n {
+                    o[i] = a[i].max(l[i]).min(h[i]);
+                }
+            }
+            (Reg::F(a), Reg::F(l), Reg::F(h), Reg::F(o)) => {
+                for i in 0..n {
+                    o[i] = fmin(fmax(a[i], l[i]), h[i]);
+                }
+            }
+            (Reg::B(a), Reg::B(l), Reg::B(h), Reg::B(o)) => {
+                for i in 0..n {
+                    o[i] = (a[i] | l[i]) & h[i];
+                }
+            }
+            _ => return Err(unsupported(func, "these")),
+        },
+        _ => return Err(unsupported(func, "three")),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_divmod_matches_python() {
+        assert_eq!(float_divmod(7.0, -2.0), (-4.0, -1.0));
+        assert_eq!(float_divmod(-7.0, 2.0), (-4.0, 1.0));
+        assert_eq!(float_divmod(7.5, 2.0), (3.0, 1.5));
+        let (d, m) = float_divmod(1.0, 0.0);
+        assert!(d.is_infinite() && m.is_nan());
+    }
+
+    #[test]
+    fn integer_floor_division_and_remainder_match_python() {
+        assert_eq!(int_floordiv(-7, 2), -4);
+        assert_eq!(int_rem(-7, 2), 1);
+        assert_eq!(int_rem(7, -2), -1);
+        assert_eq!(int_floordiv(5, 0), 0);
+    }
+}

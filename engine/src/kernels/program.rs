@@ -1,0 +1,144 @@
+//! A fused elementwise expression compiled to a register program, evaluated tile by tile.
+
+use super::ops;
+use super::work::{cast, fill_const, load, Reg, Strided};
+use crate::array::{Buffer, DType};
+use crate::error::Result;
+use crate::plan::expr::Signature;
+use crate::plan::{Func, Scalar};
+
+/// One instruction; its result is the register with the instruction's index.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inst {
+    /// Values of leaf `leaf`.
+    Load {
+        /// Leaf index.
+        leaf: usize,
+        /// The leaf's dtype.
+        dtype: DType,
+    },
+    /// A constant.
+    Const {
+        /// The value.
+        value: Scalar,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// A function of earlier registers.
+    Call {
+        /// The function.
+        func: Func,
+        /// Compute and result dtypes.
+        sig: Signature,
+        /// Argument registers.
+        args: Vec<usize>,
+    },
+    /// A cast of an earlier register.
+    Cast {
+        /// Argument register.
+        arg: usize,
+        /// Target dtype.
+        to: DType,
+    },
+}
+
+impl Inst {
+    /// The dtype of the instruction's result.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Inst::Load { dtype, .. } | Inst::Const { dtype, .. } => *dtype,
+            Inst::Call { sig, .. } => sig.result,
+            Inst::Cast { to, .. } => *to,
+        }
+    }
+}
+
+/// A register program; the value is the last instruction's register.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Program {
+    /// Instructions in evaluation order.
+    pub insts: Vec<Inst>,
+}
+
+impl Program {
+    /// The result dtype.
+    pub fn dtype(&self) -> DType {
+        self.insts.last().map(|i| i.dtype()).unwrap_or(DType::F64)
+    }
+
+    /// The leaf this program merely loads, if it is a single `Load`.
+    pub fn as_single_load(&self) -> Option<usize> {
+        match self.insts.as_slice() {
+            [Inst::Load { leaf, .. }] => Some(*leaf),
+            _ => None,
+        }
+    }
+
+    /// Appends `other`, whose leaves are renumbered by `leaf_map`; returns the register of
+    /// `other`'s result.
+    pub fn append(&mut self, other: &Program, leaf_map: &[usize]) -> usize {
+        let base = self.insts.len();
+        for inst in &other.insts {
+            self.insts.push(match inst {
+                Inst::Load { leaf, dtype } => Inst::Load {
+                    leaf: leaf_map[*leaf],
+                    dtype: *dtype,
+                },
+                Inst::Const { .. } => inst.clone(),
+                Inst::Call { func, sig, args } => Inst::Call {
+                    func: *func,
+                    sig: *sig,
+                    args: args.iter().map(|a| a + base).collect(),
+                },
+                Inst::Cast { arg, to } => Inst::Cast {
+                    arg: arg + base,
+                    to: *to,
+                },
+            });
+        }
+        self.insts.len() - 1
+    }
+
+    /// Registers sized for one tile, constants filled.
+    pub fn registers(&self) -> Vec<Reg> {
+        self.insts
+            .iter()
+            .map(|inst| {
+                let mut r = Reg::for_dtype(inst.dtype());
+                if let Inst::Const { value, dtype } = inst {
+                    fill_const(&mut r, *value, *dtype);
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Evaluates `n` values (n ≤ TILE); `leaves[i]` gives leaf i's buffer and where the tile's
+    /// values lie in it. Returns the index of the result register in `regs`.
+    pub fn eval_tile(
+        &self,
+        regs: &mut [Reg],
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+    ) -> Result<usize> {
+        for (i, inst) in self.insts.iter().enumerate() {
+            match inst {
+                Inst::Load { leaf, .. } => {
+                    let (buf, at) = leaves[*leaf];
+                    load(buf, at, n, &mut regs[i])?;
+                }
+                Inst::Const { .. } => {}
+                Inst::Call { func, sig, args } => {
+                    let (before, rest) = regs.split_at_mut(i);
+                    let arg_regs: Vec<&Reg> = args.iter().map(|&a| &before[a]).collect();
+                    ops::call(*func, *sig, &arg_regs, &mut rest[0], n)?;
+                }
+                Inst::Cast { arg, to } => {
+                    let (before, rest) = regs.split_at_mut(i);
+                    cast(&before[*arg], &mut rest[0], *to, n);
+                }
+            }
+        }
+        Ok(self.insts.len() - 1)
+    }
+}

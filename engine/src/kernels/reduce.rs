@@ -1,0 +1,550 @@
+//! Streaming reductions: accumulators that fold tiles, merge with each other, and finish into
+//! numpy's result.
+//!
+//! Sums accumulate in f64 (float32 input too: wider than numpy's pairwise float32 sums),
+//! complex sums in complex f64, integer sums wrap in 64 bits as numpy's do. Variance uses
+//! Welford's update per element and Chan's formula to merge partial results.
+
+use num_complex::Complex64;
+
+use super::region::TileTarget;
+use super::work::{narrow, Reg};
+use crate::array::{Buffer, DType};
+use crate::error::{Error, Result};
+use crate::plan::ReduceFunc;
+
+/// Per-element state of a reduction.
+#[derive(Debug, Clone)]
+enum State {
+    /// Sum or product of floats (`nan`: skip NaN).
+    F(Vec<f64>),
+    /// Sum or product of complex values.
+    C(Vec<Complex64>),
+    /// Sum or product of signed (and small unsigned) integers.
+    I(Vec<i64>),
+    /// Sum or product of uint64.
+    U(Vec<u64>),
+    /// any / all / min / max of bools.
+    B(Vec<bool>),
+    /// nanmean: sums and counts of non-NaN values.
+    NanMeanF(Vec<f64>, Vec<u64>),
+    /// nanmean of complex values.
+    NanMeanC(Vec<Complex64>, Vec<u64>),
+    /// var/std: count, mean, sum of squared deviations.
+    Welford(Vec<f64>, Vec<f64>, Vec<f64>),
+    /// argmin/argmax: best value (as f64, i64 or u64 in `Reg`), its index, and whether seen.
+    Arg(Reg, Vec<i64>, Vec<bool>),
+}
+
+/// A reduction's running state for every element of one output region.
+#[derive(Debug, Clone)]
+pub struct Accumulator {
+    func: ReduceFunc,
+    compute: DType,
+    state: State,
+}
+
+fn init_minmax_f(max: bool) -> f64 {
+    if max {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    }
+}
+
+impl Accumulator {
+    /// A fresh accumulator of `len` elements for `func` computing in `compute`.
+    pub fn new(func: ReduceFunc, compute: DType, len: usize) -> Result<Self> {
+        use super::work::{work_of, Work};
+        use ReduceFunc::*;
+        let w = work_of(compute);
+        let is_max = matches!(func, Max | NanMax);
+        let state = match (func, w) {
+            (Sum | NanSum | Mean, Work::F) => State::F(vec![0.0; len]),
+            (Sum | NanSum | Mean, Work::C) => State::C(vec![Complex64::new(0.0, 0.0); len]),
+            (Sum | NanSum | Mean, Work::I) => State::I(vec![0; len]),
+            (Sum | NanSum | Mean, Work::U) => State::U(vec![0; len]),
+            (Prod, Work::F) => State::F(vec![1.0; len]),
+            (Prod, Work::C) => State::C(vec![Complex64::new(1.0, 0.0); len]),
+            (Prod, Work::I) => State::I(vec![1; len]),
+            (Prod, Work::U) => State::U(vec![1; len]),
+            (NanMean, Work::F) => State::NanMeanF(vec![0.0; len], vec![0; len]),
+            (NanMean, Work::C) => {
+                State::NanMeanC(vec![Complex64::new(0.0, 0.0); len], vec![0; len])
+            }
+            (NanMean, Work::I | Work::U) => State::F(vec![0.0; len]),
+            (Min | Max, Work::F) => State::F(vec![init_minmax_f(is_max); len]),
+            (NanMin | NanMax, Work::F) => State::F(vec![f64::NAN; len]),
+            (Min | Max | NanMin | NanMax, Work::I) => {
+                State::I(vec![if is_max { i64::MIN } else { i64::MAX }; len])
+            }
+            (Min | Max | NanMin | NanMax, Work::U) => {
+                State::U(vec![if is_max { 0 } else { u64::MAX }; len])
+            }
+            (Min | Max | NanMin | NanMax, Work::B) => State::B(vec![!is_max; len]),
+            (Any, Work::B) => State::B(vec![false; len]),
+            (All, Work::B) => State::B(vec![true; len]),
+            (Var | Std, Work::F) => State::Welford(vec![0.0; len], vec![0.0; len], vec![0.0; len]),
+            (Argmin | Argmax, w) if w != Work::C => {
+                let reg = match w {
+                    Work::I | Work::B => Reg::I(vec![0; len]),
+                    Work::U => Reg::U(vec![0; len]),
+                    _ => Reg::F(vec![0.0; len]),
+                };
+                State::Arg(reg, vec![0; len], vec![false; len])
+            }
+            _ => {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Unsupported,
+                    format!("{} computing in {compute} is not supported", func.name()),
+                ))
+            }
+        };
+        Ok(Accumulator {
+            func,
+            compute,
+            state,
+        })
+    }
+
+    /// Bytes of state per element, for memory projections.
+    pub fn bytes_per_element(func: ReduceFunc) -> u64 {
+        match func {
+            ReduceFunc::Var | ReduceFunc::Std => 24,
+            ReduceFunc::NanMean | ReduceFunc::Argmin | ReduceFunc::Argmax => 32,
+            _ => 16,
+        }
+    }
+
+    /// True when `fold` needs tile positions (`merge` must be off in the driver).
+    pub fn needs_positions(&self) -> bool {
+        matches!(self.func, ReduceFunc::Argmin | ReduceFunc::Argmax)
+    }
+
+    /// Folds `n` values of `reg` (of the compute dtype) into the elements at `at`. For
+    /// arg-reductions `index` gives the reduction index of the tile's first value and the
+    /// step between consecutive values.
+    pub fn fold(&mut self, reg: &Reg, n: usize, at: TileTarget, index: (i64, i64)) -> Result<()> {
+        use ReduceFunc::*;
+        let func = self.func;
+        let o = at.offset;
+        macro_rules! fold {
+            ($acc:expr, $vals:expr, $f:expr) => {{
+                let vals = &$vals[..n];
+                let acc = $acc;
+                let f = $f;
+                if at.stride == 0 {
+                    let mut a = acc[o];
+                    for v in vals {
+                        a = f(a, *v);
+                    }
+                    acc[o] = a;
+                } else {
+                    for (a, v) in acc[o..o + n].iter_mut().zip(vals) {
+                        *a = f(*a, *v);
+                    }
+                }
+            }};
+        }
+        match (&mut self.state, reg) {
+            (State::F(acc), Reg::F(v)) => match func {
+                Sum | Mean => fold!(acc, v, |a: f64, x: f64| a + x),
+                NanSum | NanMean => {
+                    fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a + x })
+                }
+                Prod => fold!(acc, v, |a: f64, x: f64| a * x),
+                Min => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    a.min(x)
+                }),
+                Max => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(x)
+                }),
+                NanMin => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
+                    a
+                } else if a.is_nan() {
+                    x
+                } else {
+                    a.min(x)
+                }),
+                NanMax => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
+                    a
+                } else if a.is_nan() {
+                    x
+                } else {
+                    a.max(x)
+                }),
+                _ => return Err(Error::internal("float fold")),
+            },
+            (State::F(acc), Reg::I(v)) if func == NanMean => {
+                fold!(acc, v, |a: f64, x: i64| a + x as f64)
+            }
+            (State::F(acc), Reg::U(v)) if func == NanMean => {
+                fold!(acc, v, |a: f64, x: u64| a + x as f64)
+            }
+            (State::C(acc), Reg::C(v)) => match func {
+                Sum | Mean => fold!(acc, v, |a: Complex64, x: Complex64| a + x),
+                NanSum => fold!(acc, v, |a: Complex64, x: Complex64| if x.is_nan() {
+                    a
+                } else {
+                    a + x
+                }),
+                Prod => fold!(acc, v, |a: Complex64, x: Complex64| a * x),
+                _ => return Err(Error::internal("complex fold")),
+            },
+            (State::I(acc), Reg::I(v)) => match func {
+                Sum | NanSum | Mean => fold!(acc, v, |a: i64, x: i64| a.wrapping_add(x)),
+                Prod => fold!(acc, v, |a: i64, x: i64| a.wrapping_mul(x)),
+                Min | NanMin => fold!(acc, v, |a: i64, x: i64| a.min(x)),
+                Max | NanMax => fold!(acc, v, |a: i64, x: i64| a.max(x)),
+                _ => return Err(Error::internal("integer fold")),
+            },
+            (State::U(acc), Reg::U(v)) => match func {
+                Sum | NanSum | Mean => fold!(acc, v, |a: u64, x: u64| a.wrapping_add(x)),
+                Prod => fold!(acc, v, |a: u64, x: u64| a.wrapping_mul(x)),
+                Min | NanMin => fold!(acc, v, |a: u64, x: u64| a.min(x)),
+                Max | NanMax => fold!(acc, v, |a: u64, x: u64| a.max(x)),
+                _ => return Err(Error::internal("uint64 fold")),
+            },
+            (State::B(acc), Reg::B(v)) => match func {
+                Any | Max | NanMax => fold!(acc, v, |a: bool, x: bool| a | x),
+                All | Min | NanMin => fold!(acc, v, |a: bool, x: bool| a & x),
+                _ => return Err(Error::internal("bool fold")),
+            },
+            (State::NanMeanF(sum, count), Reg::F(v)) => {
+                for (k, x) in v[..n].iter().enumerate() {
+                    if !x.is_nan() {
+                        let j = o + k * at.stride;
+                        sum[j] += x;
+                        count[j] += 1;
+                    }
+                }
+            }
+            (State::NanMeanC(sum, count), Reg::C(v)) => {
+                for (k, x) in v[..n].iter().enumerate() {
+                    if !x.is_nan() {
+                        let j = o + k * at.stride;
+                        sum[j] += x;
+                        count[j] += 1;
+                    }
+                }
+            }
+            (State::Welford(cnt, mean, m2), Reg::F(v)) => {
+                for (k, x) in v[..n].iter().enumerate() {
+                    let j = o + k * at.stride;
+                    cnt[j] += 1.0;
+                    let d = x - mean[j];
+                    mean[j] += d / cnt[j];
+                    m2[j] += d * (x - mean[j]);
+                }
+            }
+            (State::Arg(best, idx, seen), reg) => {
+                let is_max = func == Argmax;
+                macro_rules! arg {
+                    ($b:expr, $v:expr, $better:expr) => {{
+                        for (k, x) in $v[..n].iter().enumerate() {
+                            let j = o + k * at.stride;
+                            let i = index.0 + k as i64 * index.1;
+                            if !seen[j] || $better(*x, $b[j]) {
+                                $b[j] = *x;
+                                idx[j] = i;
+                                seen[j] = true;
+                            }
+                        }
+                    }};
+                }
+                match (best, reg) {
+                    (Reg::F(b), Reg::F(v)) => {
+                        // The first NaN wins, as in numpy.
+                        let better = |x: f64, cur: f64| {
+                            !cur.is_nan() && (x.is_nan() || if is_max { x > cur } else { x < cur })
+                        };
+                        arg!(b, v, better)
+                    }
+                    (Reg::I(b), Reg::I(v)) => arg!(b, v, |x: i64, cur: i64| if is_max {
+                        x > cur
+                    } else {
+                        x < cur
+                    }),
+                    (Reg::I(b), Reg::B(v)) => {
+                        let vi: Vec<i64> = v[..n].iter().map(|&x| x as i64).collect();
+                        arg!(b, vi, |x: i64, cur: i64| if is_max {
+                            x > cur
+                        } else {
+                            x < cur
+                        })
+                    }
+                    (Reg::U(b), Reg::U(v)) => arg!(b, v, |x: u64, cur: u64| if is_max {
+                        x > cur
+                    } else {
+                        x < cur
+                    }),
+                    _ => return Err(Error::internal("arg fold")),
+                }
+            }
+            _ => {
+                return Err(Error::internal(format!(
+                    "{} fold of a mismatched register",
+                    func.name()
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges `other`, a partial result over later elements of the reduction, into `self`.
+    pub fn merge(&mut self, other: &Accumulator) -> Result<()> {
+        use ReduceFunc::*;
+        let func = self.func;
+        fn each<T: Copy>(a: &mut [T], b: &[T], f: impl Fn(T, T) -> T) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x = f(*x, *y);
+            }
+        }
+        match (&mut self.state, &other.state) {
+            (State::F(a), State::F(b)) => match func {
+                Sum | Mean | NanSum | NanMean => each(a, b, |x, y| x + y),
+                Prod => each(a, b, |x, y| x * y),
+                Min => each(a, b, |x: f64, y: f64| {
+                    if x.is_nan() || y.is_nan() {
+                        f64::NAN
+                    } else {
+                        x.min(y)
+                    }
+                }),
+                Max => each(a, b, |x: f64, y: f64| {
+                    if x.is_nan() || y.is_nan() {
+                        f64::NAN
+                    } else {
+                        x.max(y)
+                    }
+                }),
+                NanMin => each(a, b, |x: f64, y: f64| {
+                    if y.is_nan() {
+                        x
+                    } else if x.is_nan() {
+                        y
+                    } else {
+                        x.min(y)
+                    }
+                }),
+                NanMax => each(a, b, |x: f64, y: f64| {
+                    if y.is_nan() {
+                        x
+                    } else if x.is_nan() {
+                        y
+                    } else {
+                        x.max(y)
+                    }
+                }),
+                _ => return Err(Error::internal("float merge")),
+            },
+            (State::C(a), State::C(b)) => match func {
+                Prod => each(a, b, |x, y| x * y),
+                _ => each(a, b, |x, y| x + y),
+            },
+            (State::I(a), State::I(b)) => match func {
+                Prod => each(a, b, i64::wrapping_mul),
+                Min | NanMin => each(a, b, i64::min),
+                Max | NanMax => each(a, b, i64::max),
+                _ => each(a, b, i64::wrapping_add),
+            },
+            (State::U(a), State::U(b)) => match func {
+                Prod => each(a, b, u64::wrapping_mul),
+                Min | NanMin => each(a, b, u64::min),
+                Max | NanMax => each(a, b, u64::max),
+                _ => each(a, b, u64::wrapping_add),
+            },
+            (State::B(a), State::B(b)) => match func {
+                Any | Max | NanMax => each(a, b, |x, y| x | y),
+                _ => each(a, b, |x, y| x & y),
+            },
+            (State::NanMeanF(s, c), State::NanMeanF(s2, c2)) => {
+                each(s, s2, |x, y| x + y);
+                each(c, c2, |x, y| x + y);
+            }
+            (State::NanMeanC(s, c), State::NanMeanC(s2, c2)) => {
+                each(s, s2, |x, y| x + y);
+                each(c, c2, |x, y| x + y);
+            }
+            (State::Welford(n, m, q), State::Welford(n2, m2, q2)) => {
+                for j in 0..n.len() {
+                    let (na, nb) = (n[j], n2[j]);
+                    let total = na + nb;
+                    if nb == 0.0 {
+                        continue;
+                    }
+                    let delta = m2[j] - m[j];
+                    m[j] += delta * nb / total;
+                    q[j] += q2[j] + delta * delta * na * nb / total;
+                    n[j] = total;
+                }
+            }
+            (State::Arg(best, idx, seen), State::Arg(best2, idx2, seen2)) => {
+                let is_max = func == Argmax;
+                macro_rules! arg_merge {
+                    ($b:expr, $b2:expr, $better:expr) => {{
+                        for j in 0..idx.len() {
+                            if seen2[j] && (!seen[j] || $better($b2[j], $b[j])) {
+                                $b[j] = $b2[j];
+                                idx[j] = idx2[j];
+                                seen[j] = true;
+                            }
+                        }
+                    }};
+                }
+                match (best, &best2) {
+                    (Reg::F(b), Reg::F(b2)) => arg_merge!(b, b2, |x: f64, cur: f64| {
+                        !cur.is_nan() && (x.is_nan() || if is_max { x > cur } else { x < cur })
+                    }),
+                    (Reg::I(b), Reg::I(b2)) => arg_merge!(b, b2, |x: i64, cur: i64| if is_max {
+                        x > cur
+                    } else {
+                        x < cur
+                    }),
+                    (Reg::U(b), Reg::U(b2)) => arg_merge!(b, b2, |x: u64, cur: u64| if is_max {
+                        x > cur
+                    } else {
+                        x < cur
+                    }),
+                    _ => return Err(Error::internal("arg merge")),
+                }
+            }
+            _ => return Err(Error::internal("merge of mismatched accumulators")),
+        }
+        Ok(())
+    }
+
+    /// The result as `out` (dtype `out_dtype`): `count` is the number of values reduced into
+    /// each element (for mean), `ddof` the delta degrees of freedom (var, std).
+    pub fn finish(self, out_dtype: DType, count: u64, ddof: f64) -> Result<Buffer> {
+        use ReduceFunc::*;
+        let func = self.func;
+        let reg = match self.state {
+            State::F(v) => match func {
+                Mean | NanMean => Reg::F(v.into_iter().map(|s| s / count as f64).collect()),
+                _ => Reg::F(v),
+            },
+            State::C(v) => match func {
+                Mean => Reg::C(v.into_iter().map(|s| s / count as f64).collect()),
+                _ => Reg::C(v),
+            },
+            State::I(v) => match func {
+                Mean => Reg::F(v.into_iter().map(|s| s as f64 / count as f64).collect()),
+                _ => Reg::I(v),
+            },
+            State::U(v) => match func {
+                Mean => Reg::F(v.into_iter().map(|s| s as f64 / count as f64).collect()),
+                _ => Reg::U(v),
+            },
+            State::B(v) => Reg::B(v),
+            State::NanMeanF(s, c) => {
+                Reg::F(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect())
+            }
+            State::NanMeanC(s, c) => {
+                Reg::C(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect())
+            }
+            State::Welford(n, _, m2) => Reg::F(
+                n.into_iter()
+                    .zip(m2)
+                    .map(|(n, m2)| {
+                        let v = m2 / (n - ddof).max(0.0);
+                        if func == Std {
+                            v.sqrt()
+                        } else {
+                            v
+                        }
+                    })
+                    .collect(),
+            ),
+            State::Arg(_, idx, _) => Reg::I(idx),
+        };
+        let len = match &reg {
+            Reg::B(v) => v.len(),
+            Reg::I(v) => v.len(),
+            Reg::U(v) => v.len(),
+            Reg::F(v) => v.len(),
+            Reg::C(v) => v.len(),
+        };
+        let mut out = Buffer::zeros(out_dtype, len);
+        let mut converted = super::work::Reg::for_dtype(out_dtype);
+        // Convert in tiles through the cast kernel so results narrow exactly like casts.
+        let mut start = 0;
+        while start < len {
+            let n = super::work::TILE.min(len - start);
+            let src = slice_reg(&reg, start, n);
+            super::work::cast(&src, &mut converted, out_dtype, n);
+            narrow(&mut converted, out_dtype, n);
+            super::work::store(&converted, n, &mut out, start)?;
+            start += n;
+        }
+        let _ = self.compute;
+        Ok(out)
+    }
+}
+
+fn slice_reg(reg: &Reg, start: usize, n: usize) -> Reg {
+    match reg {
+        Reg::B(v) => Reg::B(v[start..start + n].to_vec()),
+        Reg::I(v) => Reg::I(v[start..start + n].to_vec()),
+        Reg::U(v) => Reg::U(v[start..start + n].to_vec()),
+        Reg::F(v) => Reg::F(v[start..start + n].to_vec()),
+        Reg::C(v) => Reg::C(v[start..start + n].to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(offset: usize, stride: usize) -> TileTarget<'static> {
+        TileTarget {
+            offset,
+            stride,
+            index: &[],
+        }
+    }
+
+    #[test]
+    fn welford_merge_equals_one_pass() {
+        let xs = [1.0, 2.0, 4.0, 7.0, 11.0];
+        let mut a = Accumulator::new(ReduceFunc::Var, DType::F64, 1).unwrap();
+        a.fold(&Reg::F(xs[..2].to_vec()), 2, target(0, 0), (0, 0))
+            .unwrap();
+        let mut b = Accumulator::new(ReduceFunc::Var, DType::F64, 1).unwrap();
+        b.fold(&Reg::F(xs[2..].to_vec()), 3, target(0, 0), (0, 0))
+            .unwrap();
+        a.merge(&b).unwrap();
+        let v = a.finish(DType::F64, 5, 1.0).unwrap();
+        let mean = xs.iter().sum::<f64>() / 5.0;
+        let expect = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 4.0;
+        assert!((v.as_slice::<f64>().unwrap()[0] - expect).abs() < 1e-12);
+    }
+
+    #[test]
+    fn argmax_keeps_the_first_maximum_and_first_nan() {
+        let mut a = Accumulator::new(ReduceFunc::Argmax, DType::F64, 1).unwrap();
+        a.fold(&Reg::F(vec![1.0, 5.0, 5.0, 2.0]), 4, target(0, 0), (0, 1))
+            .unwrap();
+        assert_eq!(
+            a.clone()
+                .finish(DType::I64, 4, 0.0)
+                .unwrap()
+                .as_slice::<i64>()
+                .unwrap(),
+            &[1]
+        );
+        a.fold(&Reg::F(vec![f64::NAN, f64::NAN]), 2, target(0, 0), (4, 1))
+            .unwrap();
+        assert_eq!(
+            a.finish(DType::I64, 6, 0.0)
+                .unwrap()
+                .as_slice::<i64>()
+                .unwrap(),
+            &[4]
+        );
+    }
+}

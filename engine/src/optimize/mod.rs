@@ -1,0 +1,9 @@
+//! From a validated graph to stages of tasks: fusion, rechunk planning and memory
+//! projection. Each rule lives in its own file; `stages::plan` applies them in order.
+
+pub mod fuse;
+pub mod rechunk;
+pub mod stages;
+
+pub use fuse::{Fused, Leaf, MatId};
+pub use stages::{Material, MaterialOrigin, PhysicalPlan, Stage};

@@ -1,0 +1,125 @@
+//! Rechunk planning: copy in blocks that hold whole input chunks and whole output chunks, so
+//! every chunk is decoded and encoded once; when such a block would not fit the budget, go
+//! through an intermediate array whose chunks keep both stages' blocks small.
+
+use crate::array::{AxisChunks, ChunkGrid};
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b) * b
+}
+
+/// The smallest block length along one axis that holds whole chunks of both splits, in
+/// elements (capped at the axis length).
+pub fn block_len(input: &AxisChunks, output: &AxisChunks) -> u64 {
+    let len = output.len();
+    match (input.regular_size(), output.regular_size()) {
+        (Some(a), Some(b)) => lcm(a, b).min(len).max(1),
+        _ if input.is_coarsening_of(output) => input.max_size(),
+        _ if output.is_coarsening_of(input) => output.max_size(),
+        _ => len.max(1),
+    }
+}
+
+/// Block shape, in output chunks per axis, for copying `input`'s chunking into `output`'s.
+pub fn block_chunks(input: &ChunkGrid, output: &ChunkGrid) -> Vec<u64> {
+    input
+        .axes()
+        .iter()
+        .zip(output.axes())
+        .map(|(i, o)| {
+            let l = block_len(i, o);
+            let c = o.max_size().max(1);
+            l.div_ceil(c).max(1)
+        })
+        .collect()
+}
+
+/// Elements in a block of `chunks` output chunks per axis.
+pub fn block_elements(output: &ChunkGrid, chunks: &[u64]) -> u64 {
+    output
+        .axes()
+        .iter()
+        .zip(chunks)
+        .map(|(a, &k)| (k * a.max_size()).min(a.len()).max(1))
+        .product()
+}
+
+/// Intermediate chunk sizes for a two-stage copy from `input` to `output` chunking (both
+/// regular), growing the intermediate along axes where input chunks divide output chunks
+/// while a stage-one block stays within `max_block_elements`.
+pub fn intermediate_chunks(
+    input: &[u64],
+    output: &[u64],
+    shape: &[u64],
+    max_block_elements: u64,
+) -> Vec<u64> {
+    let rank = shape.len();
+    let mut inter: Vec<u64> = (0..rank)
+        .map(|d| {
+            let (a, b) = (input[d].max(1), output[d].max(1));
+            if b % a == 0 || a % b == 0 {
+                a.min(b)
+            } else {
+                b
+            }
+        })
+        .collect();
+    let stage1 = |inter: &[u64]| -> u64 {
+        (0..rank)
+            .map(|d| lcm(input[d].max(1), inter[d]).min(shape[d]).max(1))
+            .product()
+    };
+    loop {
+        let mut grew = false;
+        for d in 0..rank {
+            let (a, b) = (input[d].max(1), output[d].max(1));
+            let next = inter[d] * 2;
+            if b % a == 0 && next <= b && b % next == 0 && next < shape[d] {
+                let mut trial = inter.clone();
+                trial[d] = next;
+                if stage1(&trial) <= max_block_elements {
+                    inter = trial;
+                    grew = true;
+                }
+            }
+        }
+        if !grew {
+            return inter;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn era5_blocks() {
+        let shape = [256, 721, 1440];
+        let input = ChunkGrid::regular(&shape, &[1, 721, 1440]).unwrap();
+        let output = ChunkGrid::regular(&shape, &[256, 73, 144]).unwrap();
+        // One block is the whole array: every input chunk feeds every output chunk row.
+        assert_eq!(
+            block_elements(&output, &block_chunks(&input, &output)),
+            256 * 721 * 1440
+        );
+        let inter = intermediate_chunks(&[1, 721, 1440], &[256, 73, 144], &shape, 32 * 721 * 1440);
+        assert_eq!(inter, vec![32, 73, 144]);
+    }
+
+    #[test]
+    fn aligned_rechunk_blocks_are_small() {
+        let shape = [100, 100];
+        let input = ChunkGrid::regular(&shape, &[10, 50]).unwrap();
+        let output = ChunkGrid::regular(&shape, &[20, 25]).unwrap();
+        assert_eq!(block_chunks(&input, &output), vec![1, 2]);
+    }
+}

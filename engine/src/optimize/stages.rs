@@ -1,0 +1,416 @@
+//! The physical plan: materialized arrays and the stages that fill them.
+
+use std::sync::Arc;
+
+use super::fuse::{self, Fused, MatId};
+use super::rechunk;
+use crate::array::{ChunkGrid, DType};
+use crate::error::{Error, Result};
+use crate::plan::graph::{Graph, NodeKind, View};
+use crate::plan::ReduceFunc;
+use crate::zarr::{ArraySpec, Codec, ZarrArray};
+
+/// Where a materialized array comes from.
+#[derive(Debug, Clone)]
+pub enum MaterialOrigin {
+    /// An input array, already open.
+    Source(Arc<ZarrArray>),
+    /// A `write` target, created before the run.
+    Target {
+        /// Store URL.
+        url: String,
+        /// Format.
+        spec: ArraySpec,
+    },
+    /// An intermediate in the run's work directory, removed afterwards.
+    Intermediate {
+        /// Format.
+        spec: ArraySpec,
+    },
+}
+
+/// A materialized array.
+#[derive(Debug, Clone)]
+pub struct Material {
+    /// For messages: the plan id (and a suffix for intermediates).
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DType,
+    /// Storage grid (shards for sharded arrays).
+    pub grid: ChunkGrid,
+    /// Where it comes from.
+    pub origin: MaterialOrigin,
+}
+
+/// A stage: a set of independent tasks that fill one material.
+#[derive(Debug, Clone)]
+pub enum Stage {
+    /// Computes `input` into `out`, one task per block of `block` output chunks per axis.
+    Compute {
+        /// What to compute.
+        input: Fused,
+        /// Where.
+        out: MatId,
+        /// Output chunks per task along each axis.
+        block: Vec<u64>,
+        /// For messages.
+        label: String,
+    },
+    /// Reduces `input` (already cast to the compute dtype) over `axes` into `out`.
+    Reduce {
+        /// The reduced values.
+        input: Fused,
+        /// Where.
+        out: MatId,
+        /// The function.
+        func: ReduceFunc,
+        /// Reduced axes of the input.
+        axes: Vec<usize>,
+        /// Whether the output keeps reduced axes.
+        keepdims: bool,
+        /// Delta degrees of freedom.
+        ddof: f64,
+        /// For messages.
+        label: String,
+    },
+}
+
+/// Materials and stages, in execution order.
+#[derive(Debug, Clone)]
+pub struct PhysicalPlan {
+    /// Every materialized array.
+    pub materials: Vec<Material>,
+    /// Stages in order.
+    pub stages: Vec<Stage>,
+}
+
+/// The codec of intermediates: fast, with byte-shuffle so floats compress.
+pub fn intermediate_codec() -> Codec {
+    Codec::Blosc {
+        cname: "lz4".into(),
+        clevel: 5,
+        shuffle: "shuffle".into(),
+    }
+}
+
+/// Planning inputs besides the graph.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanOptions {
+    /// The memory budget in bytes.
+    pub budget: u64,
+    /// Compute threads.
+    pub threads: usize,
+}
+
+/// Builds the physical plan of `graph`.
+pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
+    let n = graph.nodes.len();
+    let mut consumers = vec![Vec::new(); n];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let inputs: Vec<usize> = match &node.kind {
+            NodeKind::Source(_) => vec![],
+            NodeKind::Elementwise { inputs, .. } => inputs.clone(),
+            NodeKind::Reduce(r) => vec![r.input],
+            NodeKind::Rechunk { input }
+            | NodeKind::Slice { input, .. }
+            | NodeKind::Write { input, .. } => {
+                vec![*input]
+            }
+        };
+        for j in inputs {
+            consumers[j].push(i);
+        }
+    }
+    let mut materials: Vec<Material> = Vec::new();
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut fused: Vec<Option<Fused>> = vec![None; n];
+    // Write nodes whose producer wrote straight into their target.
+    let mut produced_target: Vec<Option<MatId>> = vec![None; n];
+
+    for (i, node) in graph.nodes.iter().enumerate() {
+        // The single consumer, when it is a write: producers of materials write there directly.
+        let direct_write = match consumers[i].as_slice() {
+            [c] if matches!(graph.nodes[*c].kind, NodeKind::Write { .. }) => Some(*c),
+            _ => None,
+        };
+        match &node.kind {
+            NodeKind::Source(arr) => {
+                materials.push(Material {
+                    name: node.id.clone(),
+                    shape: node.shape.clone(),
+                    dtype: node.dtype,
+                    grid: node.grid.clone(),
+                    origin: MaterialOrigin::Source(arr.clone()),
+                });
+                let m = materials.len() - 1;
+                fused[i] = Some(Fused::material(
+                    m,
+                    &node.shape,
+                    node.dtype,
+                    node.grid.clone(),
+                ));
+            }
+            NodeKind::Elementwise { inputs, expr } => {
+                let ins: Vec<Fused> = inputs
+                    .iter()
+                    .map(|&j| {
+                        let f = fused_of(&fused, j)?;
+                        let view = View::broadcast(&f.shape, &node.shape);
+                        Ok(f.through(&view, node.shape.clone(), node.grid.clone()))
+                    })
+                    .collect::<Result<_>>()?;
+                fused[i] = Some(fuse::elementwise(
+                    &ins,
+                    expr,
+                    node.shape.clone(),
+                    node.grid.clone(),
+                ));
+            }
+            NodeKind::Slice { input, view } => {
+                let f = fused_of(&fused, *input)?;
+                fused[i] = Some(f.through(view, node.shape.clone(), node.grid.clone()));
+            }
+            NodeKind::Reduce(spec) => {
+                let out = match direct_write {
+                    Some(w) => {
+                        let m = target_material(graph, w, &mut materials)?;
+                        produced_target[w] = Some(m);
+                        m
+                    }
+                    None => intermediate(
+                        &mut materials,
+                        &node.id,
+                        &node.shape,
+                        node.dtype,
+                        &node.grid.chunk_shape(),
+                    )?,
+                };
+                let input = fused_of(&fused, spec.input)?.clone().cast_to(spec.compute);
+                stages.push(Stage::Reduce {
+                    input,
+                    out,
+                    func: spec.func,
+                    axes: spec.axes.clone(),
+                    keepdims: spec.keepdims,
+                    ddof: spec.ddof,
+                    label: format!("{} of {}", spec.func.name(), graph.nodes[spec.input].id),
+                });
+                fused[i] = Some(Fused::material(
+                    out,
+                    &node.shape,
+                    node.dtype,
+                    materials[out].grid.clone(),
+                ));
+            }
+            NodeKind::Rechunk { input } => {
+                let out = match direct_write {
+                    Some(w) => {
+                        let m = target_material(graph, w, &mut materials)?;
+                        produced_target[w] = Some(m);
+                        m
+                    }
+                    None => intermediate(
+                        &mut materials,
+                        &node.id,
+                        &node.shape,
+                        node.dtype,
+                        &node.grid.chunk_shape(),
+                    )?,
+                };
+                let src = fused_of(&fused, *input)?.clone();
+                plan_copy(&mut materials, &mut stages, src, out, &node.id, opts)?;
+                fused[i] = Some(Fused::material(
+                    out,
+                    &node.shape,
+                    node.dtype,
+                    materials[out].grid.clone(),
+                ));
+            }
+            NodeKind::Write { input, .. } => {
+                let out = match produced_target[i] {
+                    Some(m) => m,
+                    None => {
+                        let m = target_material(graph, i, &mut materials)?;
+                        let src = fused_of(&fused, *input)?.clone();
+                        plan_copy(&mut materials, &mut stages, src, m, &node.id, opts)?;
+                        m
+                    }
+                };
+                fused[i] = Some(Fused::material(
+                    out,
+                    &node.shape,
+                    node.dtype,
+                    materials[out].grid.clone(),
+                ));
+            }
+        }
+    }
+    Ok(PhysicalPlan { materials, stages })
+}
+
+/// The material of write node `node_idx`'s target.
+fn target_material(graph: &Graph, node_idx: usize, materials: &mut Vec<Material>) -> Result<MatId> {
+    let node = &graph.nodes[node_idx];
+    let NodeKind::Write { spec, .. } = &node.kind else {
+        return Err(Error::internal(format!("node {} is not a write", node.id)));
+    };
+    let chunks = spec
+        .chunks
+        .clone()
+        .unwrap_or_else(|| node.grid.chunk_shape());
+    materials.push(Material {
+        name: node.id.clone(),
+        shape: node.shape.clone(),
+        dtype: node.dtype,
+        grid: node.grid.clone(),
+        origin: MaterialOrigin::Target {
+            url: spec.target.clone(),
+            spec: ArraySpec {
+                shape: node.shape.clone(),
+                dtype: node.dtype,
+                chunks,
+                shards: spec.shards.clone(),
+                codec: spec.codec.clone(),
+                zarr_format: spec.zarr_format,
+                fill: None,
+                overwrite: spec.overwrite,
+            },
+        },
+    });
+    Ok(materials.len() - 1)
+}
+
+fn fused_of(fused: &[Option<Fused>], i: usize) -> Result<&Fused> {
+    fused[i]
+        .as_ref()
+        .ok_or_else(|| Error::internal(format!("node {i} used before it was planned")))
+}
+
+fn intermediate(
+    materials: &mut Vec<Material>,
+    name: &str,
+    shape: &[u64],
+    dtype: DType,
+    chunks: &[u64],
+) -> Result<MatId> {
+    let chunks: Vec<u64> = chunks.iter().map(|&c| c.max(1)).collect();
+    materials.push(Material {
+        name: format!("{name} (intermediate)"),
+        shape: shape.to_vec(),
+        dtype,
+        grid: ChunkGrid::regular(shape, &chunks)?,
+        origin: MaterialOrigin::Intermediate {
+            spec: ArraySpec {
+                shape: shape.to_vec(),
+                dtype,
+                chunks,
+                shards: None,
+                codec: intermediate_codec(),
+                zarr_format: 3,
+                fill: None,
+                overwrite: true,
+            },
+        },
+    });
+    Ok(materials.len() - 1)
+}
+
+/// Bytes a compute task over a block of `elements` output elements is projected to hold.
+pub fn block_task_bytes(
+    elements: u64,
+    itemsize: u64,
+    in_itemsize: u64,
+    plain_copy: bool,
+    batch_bytes: u64,
+) -> u64 {
+    let leaf = elements * in_itemsize;
+    let out = if plain_copy { 0 } else { elements * itemsize };
+    let encoded = elements * itemsize;
+    leaf + out + encoded + batch_bytes
+}
+
+/// Plans the stages that copy (and compute) `src` into material `out`: one stage of blocks
+/// when a block fits the budget, else through an intermediate, else chunk by chunk.
+fn plan_copy(
+    materials: &mut Vec<Material>,
+    stages: &mut Vec<Stage>,
+    src: Fused,
+    out: MatId,
+    name: &str,
+    opts: PlanOptions,
+) -> Result<()> {
+    let out_grid = materials[out].grid.clone();
+    let itemsize = materials[out].dtype.size() as u64;
+    let in_itemsize: u64 = src
+        .leaves
+        .iter()
+        .map(|l| l.dtype.size() as u64)
+        .sum::<u64>()
+        .max(1);
+    let plain = src.as_plain_material().is_some() && src.dtype() == materials[out].dtype;
+    let in_chunk_bytes = src.grid.chunk_shape().iter().product::<u64>().max(1) * in_itemsize;
+    let batch = (in_chunk_bytes * 2 * opts.threads as u64).max(in_chunk_bytes * 2);
+    let limit = opts.budget.saturating_sub(opts.budget / 8);
+    let ones = vec![1u64; out_grid.rank()];
+    let label = format!("write {name}");
+    // Chunk-aligned outputs (each output chunk inside one input chunk, or equal): no blocks needed.
+    let block = rechunk::block_chunks(&src.grid, &out_grid);
+    let block_elems = rechunk::block_elements(&out_grid, &block);
+    if block == ones || block_task_bytes(block_elems, itemsize, in_itemsize, plain, batch) <= limit
+    {
+        stages.push(Stage::Compute {
+            input: src,
+            out,
+            block,
+            label,
+        });
+        return Ok(());
+    }
+    // Two stages through an intermediate whose chunks keep both blocks small.
+    let shape = materials[out].shape.clone();
+    let per_elem = 2 * itemsize + in_itemsize;
+    let max_block = (limit.saturating_sub(batch) / per_elem).max(1);
+    let src_chunks = src.grid.chunk_shape();
+    let out_chunks = out_grid.chunk_shape();
+    let inter_chunks = rechunk::intermediate_chunks(&src_chunks, &out_chunks, &shape, max_block);
+    let inter_grid = ChunkGrid::regular(&shape, &inter_chunks)?;
+    let b1 = rechunk::block_chunks(&src.grid, &inter_grid);
+    let b2 = rechunk::block_chunks(&inter_grid, &out_grid);
+    let fits = |g: &ChunkGrid, b: &[u64], in_size: u64, plain: bool| {
+        block_task_bytes(
+            rechunk::block_elements(g, b),
+            itemsize,
+            in_size,
+            plain,
+            batch,
+        ) <= limit
+    };
+    if fits(&inter_grid, &b1, in_itemsize, plain) && fits(&out_grid, &b2, itemsize, true) {
+        let dtype = materials[out].dtype;
+        let mid = intermediate(materials, name, &shape, dtype, &inter_chunks)?;
+        stages.push(Stage::Compute {
+            input: src,
+            out: mid,
+            block: b1,
+            label: format!("{label} (stage 1 of 2)"),
+        });
+        let mid_fused = Fused::material(mid, &shape, dtype, inter_grid);
+        stages.push(Stage::Compute {
+            input: mid_fused,
+            out,
+            block: b2,
+            label: format!("{label} (stage 2 of 2)"),
+        });
+        return Ok(());
+    }
+    // Chunk by chunk: each output chunk reads the input chunks it overlaps.
+    stages.push(Stage::Compute {
+        input: src,
+        out,
+        block: ones,
+        label,
+    });
+    Ok(())
+}

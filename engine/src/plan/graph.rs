@@ -1,0 +1,950 @@
+//! Validation and typing: a [`Plan`] becomes a [`Graph`] of nodes with shapes, dtypes and
+//! chunk grids, its sources opened and checked. Nothing is written here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::expr::{resolve, Signature, Typed};
+use super::{Expr, Func, Op, Plan, ReduceFunc, Scalar, SliceItem, WriteSpec};
+use crate::array::dtype::{Kind, Operand};
+use crate::array::{AxisChunks, ChunkGrid, DType};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::open_store;
+use crate::zarr::ZarrArray;
+use crate::{plan_bail, plan_ensure};
+
+/// Index of a node in [`Graph::nodes`].
+pub type NodeId = usize;
+
+/// A typed expression: every argument already has its function's compute dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TExpr {
+    /// Input `idx` of the elementwise op, of dtype `dtype`.
+    Input {
+        /// Which input.
+        idx: usize,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// A constant of a concrete dtype.
+    Const {
+        /// The value.
+        value: Scalar,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// A function whose arguments have `sig.compute` (`where`: the condition is bool).
+    Call {
+        /// The function.
+        func: Func,
+        /// Compute and result dtypes.
+        sig: Signature,
+        /// Arguments.
+        args: Vec<TExpr>,
+    },
+    /// A cast to `to`.
+    Cast {
+        /// Target dtype.
+        to: DType,
+        /// What is cast.
+        arg: Box<TExpr>,
+    },
+}
+
+impl TExpr {
+    /// The dtype of the expression's value.
+    pub fn dtype(&self) -> DType {
+        match self {
+            TExpr::Input { dtype, .. } | TExpr::Const { dtype, .. } => *dtype,
+            TExpr::Call { sig, .. } => sig.result,
+            TExpr::Cast { to, .. } => *to,
+        }
+    }
+}
+
+/// How one input axis is addressed from output coordinates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ViewAxis {
+    /// Always this index (integer indexing or a broadcast length-1 axis).
+    Fixed(u64),
+    /// `start + step * i` where `i` is the index on output axis `out_axis`.
+    Mapped {
+        /// The output axis.
+        out_axis: usize,
+        /// Offset.
+        start: u64,
+        /// Stride, ≥ 1.
+        step: u64,
+    },
+}
+
+/// Maps output coordinates to input coordinates, one entry per input axis.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct View {
+    /// One entry per input axis.
+    pub axes: Vec<ViewAxis>,
+}
+
+impl View {
+    /// The identity view of rank `rank`.
+    pub fn identity(rank: usize) -> Self {
+        View {
+            axes: (0..rank)
+                .map(|d| ViewAxis::Mapped {
+                    out_axis: d,
+                    start: 0,
+                    step: 1,
+                })
+                .collect(),
+        }
+    }
+
+    /// True when this is the identity of its rank.
+    pub fn is_identity(&self) -> bool {
+        self.axes.iter().enumerate().all(|(d, a)| {
+            *a == ViewAxis::Mapped {
+                out_axis: d,
+                start: 0,
+                step: 1,
+            }
+        })
+    }
+
+    /// `self` maps middle → inner coordinates and `outer` maps outer → middle; the result maps
+    /// outer → inner.
+    pub fn compose(&self, outer: &View) -> View {
+        View {
+            axes: self
+                .axes
+                .iter()
+                .map(|a| match *a {
+                    ViewAxis::Fixed(i) => ViewAxis::Fixed(i),
+                    ViewAxis::Mapped {
+                        out_axis,
+                        start,
+                        step,
+                    } => match outer.axes[out_axis] {
+                        ViewAxis::Fixed(j) => ViewAxis::Fixed(start + step * j),
+                        ViewAxis::Mapped {
+                            out_axis: o,
+                            start: s2,
+                            step: st2,
+                        } => ViewAxis::Mapped {
+                            out_axis: o,
+                            start: start + step * s2,
+                            step: step * st2,
+                        },
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// The view that broadcasts an input of `in_shape` to `out_shape` (numpy rules).
+    pub fn broadcast(in_shape: &[u64], out_shape: &[u64]) -> View {
+        let offset = out_shape.len() - in_shape.len();
+        View {
+            axes: in_shape
+                .iter()
+                .enumerate()
+                .map(|(j, &n)| {
+                    let o = offset + j;
+                    if n == 1 && out_shape[o] != 1 {
+                        ViewAxis::Fixed(0)
+                    } else {
+                        ViewAxis::Mapped {
+                            out_axis: o,
+                            start: 0,
+                            step: 1,
+                        }
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A typed reduction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReduceSpec {
+    /// The input node.
+    pub input: NodeId,
+    /// The function.
+    pub func: ReduceFunc,
+    /// Reduced axes of the input, sorted.
+    pub axes: Vec<usize>,
+    /// Whether reduced axes stay (length 1).
+    pub keepdims: bool,
+    /// The dtype input values are cast to before accumulating.
+    pub compute: DType,
+    /// Delta degrees of freedom.
+    pub ddof: f64,
+}
+
+/// What a node computes.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// A Zarr array read from a store.
+    Source(Arc<ZarrArray>),
+    /// A fused elementwise expression.
+    Elementwise {
+        /// Input nodes.
+        inputs: Vec<NodeId>,
+        /// The typed expression.
+        expr: TExpr,
+    },
+    /// A reduction.
+    Reduce(ReduceSpec),
+    /// New chunking (the node's grid).
+    Rechunk {
+        /// Input node.
+        input: NodeId,
+    },
+    /// Basic indexing: `view` maps this node's coordinates to the input's.
+    Slice {
+        /// Input node.
+        input: NodeId,
+        /// Output → input coordinates.
+        view: View,
+    },
+    /// Written to a Zarr store; the node's grid is the target's chunk grid.
+    Write {
+        /// Input node.
+        input: NodeId,
+        /// Where and how.
+        spec: WriteSpec,
+    },
+}
+
+/// A validated, typed node.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The plan id.
+    pub id: String,
+    /// JSON path of the declaration.
+    pub field: String,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DType,
+    /// Natural chunking.
+    pub grid: ChunkGrid,
+    /// What it computes.
+    pub kind: NodeKind,
+}
+
+/// A validated plan.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    /// Plan name.
+    pub name: String,
+    /// Nodes in dependency order.
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// Validates and types `plan`, opening its sources with `io_threads` IO threads each.
+    pub fn build(plan: &Plan, io_threads: usize) -> Result<Graph> {
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut by_id: HashMap<String, NodeId> = HashMap::new();
+        for a in &plan.arrays {
+            let store = open_store(&a.url, io_threads)
+                .map_err(|e| e.with_field(format!("{}.zarr", a.field)))?;
+            let arr = ZarrArray::open(store).map_err(|e| e.with_array(&a.id))?;
+            if let Some(shape) = &a.shape {
+                plan_ensure!(
+                    *shape == arr.shape(),
+                    format!("{}.shape", a.field),
+                    "declared shape {shape:?} but the store holds {:?}",
+                    arr.shape()
+                );
+            }
+            if let Some(dtype) = a.dtype {
+                plan_ensure!(
+                    dtype == arr.dtype(),
+                    format!("{}.dtype", a.field),
+                    "declared dtype {dtype} but the store holds {}",
+                    arr.dtype()
+                );
+            }
+            by_id.insert(a.id.clone(), nodes.len());
+            nodes.push(Node {
+                id: a.id.clone(),
+                field: a.field.clone(),
+                shape: arr.shape(),
+                dtype: arr.dtype(),
+                grid: arr.grid().clone(),
+                kind: NodeKind::Source(Arc::new(arr)),
+            });
+        }
+        let source_urls: Vec<String> = plan.arrays.iter().map(|a| normalise_url(&a.url)).collect();
+        let mut targets: Vec<String> = Vec::new();
+        for op in &plan.ops {
+            let lookup = |name: &str, field: String| -> Result<NodeId> {
+                by_id.get(name).copied().ok_or_else(|| {
+                    Error::plan(
+                        field,
+                        format!("no array or op with id \"{name}\" is defined before this op"),
+                    )
+                })
+            };
+            let node = match &op.op {
+                Op::Elementwise { inputs, expr } => {
+                    let ids = inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| lookup(n, format!("{}.inputs[{i}]", op.field)))
+                        .collect::<Result<Vec<_>>>()?;
+                    elementwise(&nodes, op.id.clone(), op.field.clone(), ids, expr)?
+                }
+                Op::Reduce {
+                    input,
+                    func,
+                    axes,
+                    keepdims,
+                    dtype,
+                    ddof,
+                } => {
+                    let input = lookup(input, format!("{}.input", op.field))?;
+                    reduce(
+                        &nodes,
+                        op,
+                        input,
+                        *func,
+                        axes.as_deref(),
+                        *keepdims,
+                        *dtype,
+                        *ddof,
+                    )?
+                }
+                Op::Rechunk { input, chunks } => {
+                    let input = lookup(input, format!("{}.input", op.field))?;
+                    let src = &nodes[input];
+                    plan_ensure!(
+                        chunks.len() == src.shape.len(),
+                        format!("{}.chunks", op.field),
+                        "chunks {chunks:?} have {} entries but \"{}\" has rank {}",
+                        chunks.len(),
+                        src.id,
+                        src.shape.len()
+                    );
+                    let sizes: Vec<u64> = chunks
+                        .iter()
+                        .zip(&src.shape)
+                        .map(|(&c, &n)| if c == -1 { n.max(1) } else { c as u64 })
+                        .collect();
+                    Node {
+                        id: op.id.clone(),
+                        field: op.field.clone(),
+                        shape: src.shape.clone(),
+                        dtype: src.dtype,
+                        grid: ChunkGrid::regular(&src.shape, &sizes)
+                            .map_err(|e| e.with_field(format!("{}.chunks", op.field)))?,
+                        kind: NodeKind::Rechunk { input },
+                    }
+                }
+                Op::Slice { input, selection } => {
+                    let input = lookup(input, format!("{}.input", op.field))?;
+                    slice(&nodes, op.id.clone(), op.field.clone(), input, selection)?
+                }
+                Op::Write { input, spec } => {
+                    let input = lookup(input, format!("{}.input", op.field))?;
+                    let url = normalise_url(&spec.target);
+                    plan_ensure!(
+                        !source_urls.contains(&url),
+                        format!("{}.target", op.field),
+                        "the target \"{}\" is also an input of this plan",
+                        spec.target
+                    );
+                    plan_ensure!(
+                        !targets.contains(&url),
+                        format!("{}.target", op.field),
+                        "\"{}\" is written by two ops",
+                        spec.target
+                    );
+                    targets.push(url);
+                    write(&nodes, op.id.clone(), op.field.clone(), input, spec)?
+                }
+            };
+            by_id.insert(op.id.clone(), nodes.len());
+            nodes.push(node);
+        }
+        plan_ensure!(
+            nodes
+                .iter()
+                .any(|n| matches!(n.kind, NodeKind::Write { .. })),
+            "ops",
+            "the plan writes nothing: add a \"write\" op"
+        );
+        Ok(Graph {
+            name: plan.name.clone(),
+            nodes,
+        })
+    }
+}
+
+fn normalise_url(url: &str) -> String {
+    let p = url.strip_prefix("file://").unwrap_or(url);
+    let p = p.trim_end_matches('/');
+    std::fs::canonicalize(p)
+        .map(|c| c.display().to_string())
+        .unwrap_or_else(|_| p.to_string())
+}
+
+/// numpy broadcasting of several shapes.
+pub fn broadcast_shapes(shapes: &[&[u64]]) -> std::result::Result<Vec<u64>, String> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1u64; rank];
+    for s in shapes {
+        let off = rank - s.len();
+        for (j, &n) in s.iter().enumerate() {
+            let o = &mut out[off + j];
+            if *o == 1 {
+                *o = n;
+            } else if n != 1 && n != *o {
+                return Err(format!(
+                    "shapes {:?} cannot be broadcast together",
+                    shapes.iter().map(|s| s.to_vec()).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn elementwise(
+    nodes: &[Node],
+    id: String,
+    field: String,
+    inputs: Vec<NodeId>,
+    expr: &Expr,
+) -> Result<Node> {
+    let shapes: Vec<&[u64]> = inputs.iter().map(|&i| nodes[i].shape.as_slice()).collect();
+    let shape = broadcast_shapes(&shapes).map_err(|m| Error::plan(format!("{field}.inputs"), m))?;
+    let dtypes: Vec<DType> = inputs.iter().map(|&i| nodes[i].dtype).collect();
+    let (texpr, ty) = type_expr(expr, &dtypes, &format!("{field}.expr"))?;
+    let texpr = concretize(texpr, ty, ty.dtype(), &format!("{field}.expr"))?;
+    // Chunking: each axis from the first input that spans it.
+    let mut axes = Vec::with_capacity(shape.len());
+    for (o, &n) in shape.iter().enumerate() {
+        let from = inputs.iter().find_map(|&i| {
+            let node = &nodes[i];
+            let off = shape.len() - node.shape.len();
+            (o >= off && node.shape[o - off] == n).then(|| node.grid.axes()[o - off].clone())
+        });
+        axes.push(match from {
+            Some(a) => a,
+            None => AxisChunks::regular(n, n.max(1))?,
+        });
+    }
+    Ok(Node {
+        id,
+        field,
+        dtype: texpr.dtype(),
+        shape,
+        grid: ChunkGrid::new(axes),
+        kind: NodeKind::Elementwise {
+            inputs,
+            expr: texpr,
+        },
+    })
+}
+
+/// Types `expr`; weak constants are left for the parent to concretize.
+fn type_expr(expr: &Expr, inputs: &[DType], path: &str) -> Result<(TExpr, Typed)> {
+    match expr {
+        Expr::Input(i) => Ok((
+            TExpr::Input {
+                idx: *i,
+                dtype: inputs[*i],
+            },
+            Operand::Strong(inputs[*i]),
+        )),
+        Expr::Const(v, Some(d)) => {
+            v.check_fits(*d).map_err(|m| Error::plan(path, m))?;
+            check_const_kind(*v, *d, path)?;
+            Ok((
+                TExpr::Const {
+                    value: *v,
+                    dtype: *d,
+                },
+                Operand::Strong(*d),
+            ))
+        }
+        Expr::Const(v, None) => Ok((
+            TExpr::Const {
+                value: *v,
+                dtype: v.weak_kind().default_dtype(),
+            },
+            Operand::Weak(v.weak_kind()),
+        )),
+        Expr::AsType(d, arg) => {
+            let (t, ty) = type_expr(arg, inputs, &format!("{path}.args[0]"))?;
+            let t = concretize(t, ty, ty.dtype(), &format!("{path}.args[0]"))?;
+            Ok((
+                TExpr::Cast {
+                    to: *d,
+                    arg: Box::new(t),
+                },
+                Operand::Strong(*d),
+            ))
+        }
+        Expr::Call(func, args) => {
+            let typed = args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| type_expr(a, inputs, &format!("{path}.args[{i}]")))
+                .collect::<Result<Vec<_>>>()?;
+            let tys: Vec<Typed> = typed.iter().map(|(_, t)| *t).collect();
+            let sig = resolve(*func, &tys).map_err(|e| e.with_field(format!("{path}.op")))?;
+            let mut out_args = Vec::with_capacity(typed.len());
+            for (i, (t, ty)) in typed.into_iter().enumerate() {
+                let to = if *func == Func::Where && i == 0 {
+                    DType::Bool
+                } else {
+                    sig.compute
+                };
+                out_args.push(concretize(t, ty, to, &format!("{path}.args[{i}]"))?);
+            }
+            // A call whose arguments are all weak constants is itself weak (Python arithmetic).
+            let all_weak = tys.iter().all(|t| matches!(t, Operand::Weak(_)));
+            let ty = if all_weak && !func.is_predicate() {
+                match promote_weak(&tys) {
+                    Some(w) => Operand::Weak(w),
+                    None => Operand::Strong(sig.result),
+                }
+            } else {
+                Operand::Strong(sig.result)
+            };
+            Ok((
+                TExpr::Call {
+                    func: *func,
+                    sig,
+                    args: out_args,
+                },
+                ty,
+            ))
+        }
+    }
+}
+
+fn promote_weak(tys: &[Typed]) -> Option<crate::array::dtype::WeakKind> {
+    tys.iter()
+        .filter_map(|t| match t {
+            Operand::Weak(w) => Some(*w),
+            Operand::Strong(_) => None,
+        })
+        .max_by_key(|w| *w as u8)
+}
+
+fn check_const_kind(v: Scalar, d: DType, path: &str) -> Result<()> {
+    if matches!(v, Scalar::Complex(..)) && d.kind() != Kind::Complex {
+        plan_bail!(path, "a complex constant cannot have dtype {d}");
+    }
+    Ok(())
+}
+
+/// Gives weak constants the dtype `to` and casts strong values whose dtype differs.
+fn concretize(t: TExpr, ty: Typed, to: DType, path: &str) -> Result<TExpr> {
+    match (t, ty) {
+        (TExpr::Const { value, .. }, Operand::Weak(_)) => {
+            value.check_fits(to).map_err(|m| Error::plan(path, m))?;
+            Ok(TExpr::Const { value, dtype: to })
+        }
+        (t, Operand::Weak(_)) if t.dtype() != to => {
+            // A weak sub-expression (arithmetic on constants) computed in its default type.
+            Ok(TExpr::Cast {
+                to,
+                arg: Box::new(t),
+            })
+        }
+        (t, _) if t.dtype() == to => Ok(t),
+        (t, _) => Ok(TExpr::Cast {
+            to,
+            arg: Box::new(t),
+        }),
+    }
+}
+
+fn normalise_axis(axis: i64, rank: usize, field: &str) -> Result<usize> {
+    let r = rank as i64;
+    plan_ensure!(
+        axis >= -r && axis < r.max(1) && !(rank == 0),
+        field,
+        "axis {axis} is out of range for an array of rank {rank}"
+    );
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    nodes: &[Node],
+    op: &super::OpDecl,
+    input: NodeId,
+    func: ReduceFunc,
+    axes: Option<&[i64]>,
+    keepdims: bool,
+    dtype: Option<DType>,
+    ddof: f64,
+) -> Result<Node> {
+    use ReduceFunc::*;
+    let src = &nodes[input];
+    let rank = src.shape.len();
+    let field = &op.field;
+    let mut axes: Vec<usize> = match axes {
+        None => (0..rank).collect(),
+        Some(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| normalise_axis(x, rank, &format!("{field}.axes[{i}]")))
+            .collect::<Result<_>>()?,
+    };
+    axes.sort_unstable();
+    let before = axes.len();
+    axes.dedup();
+    plan_ensure!(
+        axes.len() == before,
+        format!("{field}.axes"),
+        "duplicate axis"
+    );
+    if matches!(func, Argmin | Argmax) {
+        plan_ensure!(
+            axes.len() <= 1 || axes.len() == rank,
+            format!("{field}.axes"),
+            "{} takes one axis (or none for the flattened array)",
+            func.name()
+        );
+    }
+    let reduced: u64 = axes.iter().map(|&a| src.shape[a]).product();
+    if reduced == 0 && matches!(func, Min | Max | Argmin | Argmax | NanMin | NanMax) {
+        plan_bail!(
+            format!("{field}.axes"),
+            "zero-size reduction: {} has no identity",
+            func.name()
+        );
+    }
+    let t = src.dtype;
+    let kind = t.kind();
+    if dtype.is_some() && !matches!(func, Sum | Prod | Mean | NanSum | NanMean) {
+        plan_bail!(
+            format!("{field}.dtype"),
+            "dtype is only accepted by sum, prod, mean, nansum and nanmean"
+        );
+    }
+    let int_acc = |t: DType| match t {
+        DType::Bool | DType::I8 | DType::I16 | DType::I32 => DType::I64,
+        DType::U8 | DType::U16 | DType::U32 => DType::U64,
+        other => other,
+    };
+    let (compute, out) = match func {
+        Sum | Prod | NanSum => {
+            let d = dtype.unwrap_or_else(|| int_acc(t));
+            (d, d)
+        }
+        Mean | NanMean => {
+            let d = dtype.unwrap_or(if matches!(kind, Kind::Bool | Kind::Int) {
+                DType::F64
+            } else {
+                t
+            });
+            (d, d)
+        }
+        Var | Std => {
+            if kind == Kind::Complex {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("{} of complex arrays is not supported yet", func.name()),
+                )
+                .with_field(format!("{field}.func")));
+            }
+            let d = if matches!(kind, Kind::Bool | Kind::Int) {
+                DType::F64
+            } else {
+                t
+            };
+            (d, d)
+        }
+        Min | Max | NanMin | NanMax => (t, t),
+        Any | All => (DType::Bool, DType::Bool),
+        Argmin | Argmax => {
+            if kind == Kind::Complex {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("{} of complex arrays is not supported yet", func.name()),
+                )
+                .with_field(format!("{field}.func")));
+            }
+            (t, DType::I64)
+        }
+    };
+    if matches!(func, Min | Max | NanMin | NanMax) && kind == Kind::Complex {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("{} of complex arrays is not supported yet", func.name()),
+        )
+        .with_field(format!("{field}.func")));
+    }
+    let mut shape = Vec::new();
+    let mut grid_axes = Vec::new();
+    for d in 0..rank {
+        if axes.contains(&d) {
+            if keepdims {
+                shape.push(1);
+                grid_axes.push(AxisChunks::regular(1, 1)?);
+            }
+        } else {
+            shape.push(src.shape[d]);
+            grid_axes.push(src.grid.axes()[d].clone());
+        }
+    }
+    Ok(Node {
+        id: op.id.clone(),
+        field: field.clone(),
+        shape,
+        dtype: out,
+        grid: ChunkGrid::new(grid_axes),
+        kind: NodeKind::Reduce(ReduceSpec {
+            input,
+            func,
+            axes,
+            keepdims,
+            compute,
+            ddof,
+        }),
+    })
+}
+
+fn slice(
+    nodes: &[Node],
+    id: String,
+    field: String,
+    input: NodeId,
+    sel: &[SliceItem],
+) -> Result<Node> {
+    let src = &nodes[input];
+    let rank = src.shape.len();
+    plan_ensure!(
+        sel.len() <= rank,
+        format!("{field}.selection"),
+        "{} indices for an array of rank {rank}",
+        sel.len()
+    );
+    let mut view_axes = Vec::with_capacity(rank);
+    let mut shape = Vec::new();
+    let mut grid_axes = Vec::new();
+    for d in 0..rank {
+        let n = src.shape[d] as i64;
+        let item = sel.get(d).copied().unwrap_or(SliceItem::Range {
+            start: None,
+            stop: None,
+            step: 1,
+        });
+        let path = format!("{field}.selection[{d}]");
+        match item {
+            SliceItem::Index(i) => {
+                let j = if i < 0 { i + n } else { i };
+                plan_ensure!(
+                    (0..n).contains(&j),
+                    &path,
+                    "index {i} is out of bounds for axis {d} with size {n}"
+                );
+                view_axes.push(ViewAxis::Fixed(j as u64));
+            }
+            SliceItem::Range { start, stop, step } => {
+                let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+                let s = start.map(clamp).unwrap_or(0);
+                let e = stop.map(clamp).unwrap_or(n);
+                let len = if e > s {
+                    ((e - s) + step - 1) / step
+                } else {
+                    0
+                } as u64;
+                let out_axis = shape.len();
+                view_axes.push(ViewAxis::Mapped {
+                    out_axis,
+                    start: s as u64,
+                    step: step as u64,
+                });
+                shape.push(len);
+                let nominal = src.grid.axes()[d]
+                    .regular_size()
+                    .unwrap_or(src.grid.axes()[d].max_size());
+                let c = (nominal / step as u64).max(1);
+                grid_axes.push(if len == 0 {
+                    AxisChunks::from_sizes(&[])?
+                } else {
+                    AxisChunks::regular(len, c.min(len))?
+                });
+            }
+        }
+    }
+    Ok(Node {
+        id,
+        field,
+        dtype: src.dtype,
+        shape,
+        grid: ChunkGrid::new(grid_axes),
+        kind: NodeKind::Slice {
+            input,
+            view: View { axes: view_axes },
+        },
+    })
+}
+
+fn write(
+    nodes: &[Node],
+    id: String,
+    field: String,
+    input: NodeId,
+    spec: &WriteSpec,
+) -> Result<Node> {
+    let src = &nodes[input];
+    let rank = src.shape.len();
+    let chunks: Vec<u64> = match &spec.chunks {
+        Some(c) => {
+            plan_ensure!(
+                c.len() == rank,
+                format!("{field}.chunks"),
+                "chunks {c:?} have {} entries but \"{}\" has rank {rank}",
+                c.len(),
+                src.id
+            );
+            c.iter()
+                .zip(&src.shape)
+                .map(|(&c, &n)| if c == 0 { n.max(1) } else { c })
+                .collect()
+        }
+        None => src.grid.chunk_shape().iter().map(|&c| c.max(1)).collect(),
+    };
+    let storage = match &spec.shards {
+        Some(s) => {
+            plan_ensure!(
+                s.len() == rank,
+                format!("{field}.shards"),
+                "shards {s:?} have {} entries but \"{}\" has rank {rank}",
+                s.len(),
+                src.id
+            );
+            let s: Vec<u64> = s
+                .iter()
+                .zip(&src.shape)
+                .map(|(&c, &n)| if c == 0 { n.max(1) } else { c })
+                .collect();
+            for (d, (sh, c)) in s.iter().zip(&chunks).enumerate() {
+                plan_ensure!(
+                    sh % c == 0,
+                    format!("{field}.shards[{d}]"),
+                    "shard size {sh} is not a multiple of the chunk size {c}"
+                );
+            }
+            s
+        }
+        None => chunks.clone(),
+    };
+    let target = spec.target.strip_prefix("file://").unwrap_or(&spec.target);
+    if !spec.overwrite {
+        let p = std::path::Path::new(target);
+        plan_ensure!(
+            !p.join("zarr.json").exists() && !p.join(".zarray").exists(),
+            format!("{field}.target"),
+            "an array already exists at \"{}\" and overwrite is false",
+            spec.target
+        );
+    }
+    if let Some((scheme, _)) = spec.target.split_once("://") {
+        plan_ensure!(
+            scheme == "file" || scheme == "memory",
+            format!("{field}.target"),
+            "the \"{scheme}://\" scheme is not supported yet; use a local path"
+        );
+    }
+    let mut spec = spec.clone();
+    spec.chunks = Some(chunks);
+    if spec.shards.is_some() {
+        spec.shards = Some(storage.clone());
+    }
+    Ok(Node {
+        id,
+        field: field.clone(),
+        shape: src.shape.clone(),
+        dtype: src.dtype,
+        grid: ChunkGrid::regular(&src.shape, &storage)
+            .map_err(|e| e.with_field(format!("{field}.chunks")))?,
+        kind: NodeKind::Write { input, spec },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(
+            broadcast_shapes(&[&[3, 1, 5], &[4, 1]]).unwrap(),
+            vec![3, 4, 5]
+        );
+        assert!(broadcast_shapes(&[&[3], &[4]]).is_err());
+    }
+
+    #[test]
+    fn views_compose() {
+        // x[2:10:2] then [1:3] == x[4:8:2]
+        let inner = View {
+            axes: vec![ViewAxis::Mapped {
+                out_axis: 0,
+                start: 2,
+                step: 2,
+            }],
+        };
+        let outer = View {
+            axes: vec![ViewAxis::Mapped {
+                out_axis: 0,
+                start: 1,
+                step: 1,
+            }],
+        };
+        assert_eq!(
+            inner.compose(&outer).axes,
+            vec![ViewAxis::Mapped {
+                out_axis: 0,
+                start: 4,
+                step: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn weak_constants_take_the_array_dtype() {
+        let e = Expr::Call(
+            Func::Add,
+            vec![Expr::Input(0), Expr::Const(Scalar::Int(1), None)],
+        );
+        let (t, ty) = type_expr(&e, &[DType::F32], "expr").unwrap();
+        assert_eq!(ty, Operand::Strong(DType::F32));
+        let TExpr::Call { args, .. } = t else {
+            panic!()
+        };
+        assert_eq!(
+            args[1],
+            TExpr::Const {
+                value: Scalar::Int(1),
+                dtype: DType::F32
+            }
+        );
+    }
+
+    #[test]
+    fn out_of_range_python_int_is_an_error() {
+        let e = Expr::Call(
+            Func::Add,
+            vec![Expr::Input(0), Expr::Const(Scalar::Int(300), None)],
+        );
+        let err = type_expr(&e, &[DType::U8], "expr").unwrap_err();
+        assert_eq!(err.context.field.as_deref(), Some("expr.args[1]"));
+    }
+}

@@ -1,0 +1,226 @@
+//! The plan IR: what to compute, as data. Parsed from JSON (`plans/*.json`), parameters
+//! substituted, then validated and typed into a [`graph::Graph`] before anything runs.
+
+pub mod expr;
+pub mod graph;
+mod params;
+mod parse;
+
+pub use expr::{Expr, Func, Scalar};
+pub use params::substitute;
+
+use crate::array::DType;
+use crate::zarr::Codec;
+
+/// A parsed, untyped plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Shown in progress and errors.
+    pub name: String,
+    /// Input arrays.
+    pub arrays: Vec<ArrayDecl>,
+    /// Operations, in order.
+    pub ops: Vec<OpDecl>,
+}
+
+/// An input array read from a Zarr store.
+#[derive(Debug, Clone)]
+pub struct ArrayDecl {
+    /// The id ops refer to.
+    pub id: String,
+    /// Store URL or path.
+    pub url: String,
+    /// Expected shape, checked against the store.
+    pub shape: Option<Vec<u64>>,
+    /// Expected dtype, checked against the store.
+    pub dtype: Option<DType>,
+    /// JSON path of the declaration (`arrays[0]`).
+    pub field: String,
+}
+
+/// One operation and the id of the array it produces.
+#[derive(Debug, Clone)]
+pub struct OpDecl {
+    /// The id of the result.
+    pub id: String,
+    /// What it computes.
+    pub op: Op,
+    /// JSON path of the op (`ops[2]`).
+    pub field: String,
+}
+
+/// A reduction function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceFunc {
+    /// `np.sum`
+    Sum,
+    /// `np.prod`
+    Prod,
+    /// `np.min`
+    Min,
+    /// `np.max`
+    Max,
+    /// `np.mean`
+    Mean,
+    /// `np.var`
+    Var,
+    /// `np.std`
+    Std,
+    /// `np.any`
+    Any,
+    /// `np.all`
+    All,
+    /// `np.argmin`
+    Argmin,
+    /// `np.argmax`
+    Argmax,
+    /// `np.nansum`
+    NanSum,
+    /// `np.nanmean`
+    NanMean,
+    /// `np.nanmin`
+    NanMin,
+    /// `np.nanmax`
+    NanMax,
+}
+
+impl ReduceFunc {
+    /// Every function with its plan name.
+    pub const ALL: [(&'static str, ReduceFunc); 15] = [
+        ("sum", ReduceFunc::Sum),
+        ("prod", ReduceFunc::Prod),
+        ("min", ReduceFunc::Min),
+        ("max", ReduceFunc::Max),
+        ("mean", ReduceFunc::Mean),
+        ("var", ReduceFunc::Var),
+        ("std", ReduceFunc::Std),
+        ("any", ReduceFunc::Any),
+        ("all", ReduceFunc::All),
+        ("argmin", ReduceFunc::Argmin),
+        ("argmax", ReduceFunc::Argmax),
+        ("nansum", ReduceFunc::NanSum),
+        ("nanmean", ReduceFunc::NanMean),
+        ("nanmin", ReduceFunc::NanMin),
+        ("nanmax", ReduceFunc::NanMax),
+    ];
+
+    /// The plan name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, f)| *f == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+}
+
+/// One entry of a slice selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceItem {
+    /// An integer index (drops the axis); negative counts from the end.
+    Index(i64),
+    /// `start:stop:step`, each optional; step ≥ 1.
+    Range {
+        /// Start (negative counts from the end).
+        start: Option<i64>,
+        /// Stop (negative counts from the end).
+        stop: Option<i64>,
+        /// Step, ≥ 1.
+        step: i64,
+    },
+}
+
+/// Where and how a `write` op stores its array.
+#[derive(Debug, Clone)]
+pub struct WriteSpec {
+    /// Store URL or path.
+    pub target: String,
+    /// Chunk shape; the input's chunks when `None`.
+    pub chunks: Option<Vec<u64>>,
+    /// Shard shape (Zarr v3).
+    pub shards: Option<Vec<u64>>,
+    /// Compressor.
+    pub codec: Codec,
+    /// 2 or 3.
+    pub zarr_format: u8,
+    /// Replace an existing array at the target.
+    pub overwrite: bool,
+}
+
+/// An operation.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// A fused elementwise expression over `inputs`.
+    Elementwise {
+        /// Input array ids, referred to by `{"input": i}`.
+        inputs: Vec<String>,
+        /// The expression.
+        expr: Expr,
+    },
+    /// A reduction.
+    Reduce {
+        /// Input array id.
+        input: String,
+        /// The function.
+        func: ReduceFunc,
+        /// Axes (negative count from the end); all when `None`.
+        axes: Option<Vec<i64>>,
+        /// Keep reduced axes with length 1.
+        keepdims: bool,
+        /// Accumulation and result dtype (sum, prod, mean).
+        dtype: Option<DType>,
+        /// Delta degrees of freedom (var, std).
+        ddof: f64,
+    },
+    /// New chunking, same values.
+    Rechunk {
+        /// Input array id.
+        input: String,
+        /// New chunk shape; -1 means the whole axis.
+        chunks: Vec<i64>,
+    },
+    /// Basic indexing.
+    Slice {
+        /// Input array id.
+        input: String,
+        /// One item per leading axis.
+        selection: Vec<SliceItem>,
+    },
+    /// Write to a Zarr store.
+    Write {
+        /// Input array id.
+        input: String,
+        /// Target and format.
+        spec: WriteSpec,
+    },
+}
+
+impl Op {
+    /// The op's name as written in plans.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Elementwise { .. } => "elementwise",
+            Op::Reduce { .. } => "reduce",
+            Op::Rechunk { .. } => "rechunk",
+            Op::Slice { .. } => "slice",
+            Op::Write { .. } => "write",
+        }
+    }
+}
+
+impl Plan {
+    /// Parses a plan from JSON text, substituting `params` first.
+    pub fn from_json(
+        text: &str,
+        params: &std::collections::BTreeMap<String, String>,
+    ) -> crate::error::Result<Plan> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            crate::error::Error::plan(
+                format!("line {} column {}", e.line(), e.column()),
+                format!("not valid JSON: {e}"),
+            )
+        })?;
+        let value = substitute(value, params)?;
+        parse::plan(&value)
+    }
+}

@@ -1,0 +1,440 @@
+//! Entry points: run a plan, rechunk an array, describe a store, and the codec floors used
+//! by the benchmarks. The CLI and the Python bindings call these.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::array::buffer::copy_region;
+use crate::array::{Buffer, ChunkGrid, Region};
+use crate::error::{Error, Result, ResultExt};
+use crate::exec::ops::{compute, reduce};
+use crate::exec::{Budget, Progress, Scheduler};
+use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
+use crate::plan::graph::Graph;
+use crate::plan::{ArrayDecl, Op, OpDecl, Plan, WriteSpec};
+use crate::store::{open_store, ReadRequest};
+use crate::zarr::{ArrayInfo, ArraySpec, Codec, ZarrArray};
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Memory budget in bytes; a quarter of the available memory when `None`.
+    pub max_mem: Option<u64>,
+    /// Compute threads; all cores when 0.
+    pub threads: usize,
+    /// IO threads per store.
+    pub io_threads: usize,
+    /// Where intermediates go; the system temporary directory when `None`.
+    pub work_dir: Option<PathBuf>,
+    /// Show a progress bar (only on a terminal).
+    pub progress: bool,
+    /// Raised to cancel (Ctrl-C).
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            max_mem: None,
+            threads: 0,
+            io_threads: 8,
+            work_dir: None,
+            progress: false,
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// Plan name.
+    pub plan: String,
+    /// Wall time.
+    pub seconds: f64,
+    /// Tasks run.
+    pub tasks: u64,
+    /// Stages run, described.
+    pub stages: Vec<String>,
+    /// Bytes read from stores.
+    pub bytes_read: u64,
+    /// Bytes written to stores.
+    pub bytes_written: u64,
+    /// Bytes of chunks decoded.
+    pub decoded_bytes: u64,
+    /// Peak resident memory of the process (bytes), where the OS reports it.
+    pub peak_rss: u64,
+    /// The memory budget.
+    pub max_mem: u64,
+    /// Compute threads.
+    pub threads: usize,
+    /// Arrays written.
+    pub outputs: Vec<String>,
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+/// A safe default budget: a quarter of the available memory, at least 256 MiB.
+pub fn default_max_mem() -> u64 {
+    let avail = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(4 << 30);
+    (avail / 4).max(256 << 20)
+}
+
+/// Removes the work directory when dropped.
+struct WorkDir(Option<PathBuf>);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+/// Validates and runs `plan`.
+pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
+    let started = Instant::now();
+    let graph = Graph::build(plan, opts.io_threads)?;
+    let max_mem = opts.max_mem.unwrap_or_else(default_max_mem);
+    let progress = Arc::new(Progress::new(opts.progress));
+    let scheduler = Scheduler::new(
+        opts.threads,
+        Budget::new(max_mem),
+        progress.clone(),
+        opts.cancel.clone(),
+    )?;
+    let physical = stages::plan(
+        &graph,
+        PlanOptions {
+            budget: max_mem,
+            threads: scheduler.threads(),
+        },
+    )?;
+    // Create targets and intermediates (validation has passed).
+    let work_root = opts
+        .work_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!(
+            "chunkfuse-{}-{}",
+            std::process::id(),
+            started.elapsed().as_nanos()
+        ));
+    let mut work = WorkDir(None);
+    let mut arrays = Vec::with_capacity(physical.materials.len());
+    let mut outputs = Vec::new();
+    for (i, m) in physical.materials.iter().enumerate() {
+        let arr = match &m.origin {
+            MaterialOrigin::Source(a) => a.clone(),
+            MaterialOrigin::Target { url, spec } => {
+                outputs.push(url.clone());
+                let store = open_store(url, opts.io_threads)?;
+                Arc::new(ZarrArray::create(store, spec).array_ctx(&m.name)?)
+            }
+            MaterialOrigin::Intermediate { spec } => {
+                let dir = work_root.join(format!("{i}.zarr"));
+                work.0.get_or_insert_with(|| work_root.clone());
+                let store = open_store(&dir.display().to_string(), opts.io_threads)?;
+                Arc::new(ZarrArray::create(store, spec).array_ctx(&m.name)?)
+            }
+        };
+        arrays.push(arr);
+    }
+    let arrays = Arc::new(arrays);
+    let batch_limit = (max_mem / 16).max(1);
+    let mut stage_names = Vec::new();
+    for stage in &physical.stages {
+        let tasks = match stage {
+            Stage::Compute {
+                input,
+                out,
+                block,
+                label,
+            } => {
+                stage_names.push(format!("{label} (blocks of {block:?} chunks)"));
+                compute::tasks(
+                    Arc::new(input.clone()),
+                    arrays.clone(),
+                    arrays[*out].clone(),
+                    block,
+                    label,
+                    batch_limit,
+                )
+            }
+            Stage::Reduce {
+                input,
+                out,
+                func,
+                axes,
+                keepdims,
+                ddof,
+                label,
+            } => {
+                stage_names.push(label.clone());
+                reduce::tasks(
+                    Arc::new(input.clone()),
+                    arrays.clone(),
+                    arrays[*out].clone(),
+                    reduce::ReduceParams {
+                        func: *func,
+                        axes: axes.clone(),
+                        keepdims: *keepdims,
+                        ddof: *ddof,
+                    },
+                    label,
+                )?
+            }
+        };
+        progress.add_tasks(tasks.len() as u64);
+        scheduler.run(tasks)?;
+    }
+    progress.finish();
+    drop(work);
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(RunSummary {
+        plan: graph.name.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+        tasks: load(&progress.tasks_done),
+        stages: stage_names,
+        bytes_read: load(&progress.bytes_read),
+        bytes_written: load(&progress.bytes_written),
+        decoded_bytes: load(&progress.decoded_bytes),
+        peak_rss: peak_rss(),
+        max_mem,
+        threads: scheduler.threads(),
+        outputs,
+    })
+}
+
+/// Options of a rechunk job.
+#[derive(Debug, Clone)]
+pub struct RechunkOptions {
+    /// Target chunk shape (-1: whole axis).
+    pub chunks: Vec<i64>,
+    /// Target shard shape.
+    pub shards: Option<Vec<u64>>,
+    /// Target compressor.
+    pub codec: Codec,
+    /// 2 or 3.
+    pub zarr_format: u8,
+}
+
+/// The plan of a rechunk job: read `source`, rechunk, write `target`.
+pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Plan {
+    Plan {
+        name: "rechunk".into(),
+        arrays: vec![ArrayDecl {
+            id: "source".into(),
+            url: source.into(),
+            shape: None,
+            dtype: None,
+            field: "source".into(),
+        }],
+        ops: vec![
+            OpDecl {
+                id: "rechunked".into(),
+                op: Op::Rechunk {
+                    input: "source".into(),
+                    chunks: r.chunks.clone(),
+                },
+                field: "--chunks".into(),
+            },
+            OpDecl {
+                id: "target".into(),
+                op: Op::Write {
+                    input: "rechunked".into(),
+                    spec: WriteSpec {
+                        target: target.into(),
+                        chunks: None,
+                        shards: r.shards.clone(),
+                        codec: r.codec.clone(),
+                        zarr_format: r.zarr_format,
+                        overwrite: true,
+                    },
+                },
+                field: "target".into(),
+            },
+        ],
+    }
+}
+
+/// Describes the array at `url`, with its stored size.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreInfo {
+    /// Metadata summary.
+    #[serde(flatten)]
+    pub info: ArrayInfo,
+    /// Bytes of stored chunks.
+    pub stored_bytes: u64,
+    /// Chunks present in the store.
+    pub stored_chunks: u64,
+    /// Decoded size over stored size.
+    pub compression_ratio: f64,
+}
+
+/// Reads the metadata and chunk sizes of the array at `url`.
+pub fn info(url: &str) -> Result<StoreInfo> {
+    let store = open_store(url, 4)?;
+    let arr = ZarrArray::open(store.clone())?;
+    let mut stored = 0u64;
+    let mut count = 0u64;
+    for idx in arr.grid().chunk_indices() {
+        if let Some(s) = store.size_of(&arr.chunk_key(&idx))? {
+            stored += s;
+            count += 1;
+        }
+    }
+    let info = arr.info().clone();
+    let ratio = if stored > 0 {
+        info.nbytes as f64 / stored as f64
+    } else {
+        0.0
+    };
+    Ok(StoreInfo {
+        info,
+        stored_bytes: stored,
+        stored_chunks: count,
+        compression_ratio: ratio,
+    })
+}
+
+/// Timings of the codec floors.
+#[derive(Debug, Clone, Serialize)]
+pub struct CodecFloor {
+    /// Decode (and, for `codec`, encode) time.
+    pub seconds: f64,
+    /// Time to decode every source chunk.
+    pub decode_seconds: f64,
+    /// Time to encode every target chunk (0 for `decode`).
+    pub encode_seconds: f64,
+    /// Decoded bytes.
+    pub decoded_bytes: u64,
+    /// Compute threads.
+    pub threads: usize,
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::internal(e.to_string()))
+}
+
+/// Reads every chunk of `url` into memory (untimed), then times decoding all of them on
+/// `threads` threads; with `target_chunks`, also times encoding the array as those chunks
+/// with `codec` (the rechunk codec floor). No IO is timed.
+pub fn codec_floor(
+    url: &str,
+    threads: usize,
+    target: Option<(&[u64], &Codec)>,
+) -> Result<CodecFloor> {
+    let store = open_store(url, 8)?;
+    let arr = ZarrArray::open(store.clone())?;
+    let indices = arr.grid().chunk_indices();
+    let encoded = store.get_many(
+        indices
+            .iter()
+            .map(|i| ReadRequest::whole(arr.chunk_key(i)))
+            .collect(),
+    )?;
+    let pool = pool(threads)?;
+    let shape = arr.shape();
+    let whole = Region::whole(&shape);
+    let size = arr.dtype().size();
+    let t0 = Instant::now();
+    let decoded: Vec<Buffer> = pool.install(|| {
+        encoded
+            .into_par_iter()
+            .zip(indices.par_iter())
+            .map(|(b, i)| arr.decode_chunk(i, b))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let decode_seconds = t0.elapsed().as_secs_f64();
+    let decoded_bytes: u64 = decoded.iter().map(|b| b.bytes().len() as u64).sum();
+    let mut encode_seconds = 0.0;
+    if let Some((chunks, codec)) = target {
+        let mut full = Buffer::zeros(arr.dtype(), whole.len() as usize);
+        for (b, i) in decoded.iter().zip(&indices) {
+            let r = arr.grid().chunk_region(i);
+            copy_region(b.bytes(), &r, full.bytes_mut(), &whole, &r, size);
+        }
+        drop(decoded);
+        let spec = ArraySpec {
+            shape: shape.clone(),
+            dtype: arr.dtype(),
+            chunks: chunks.to_vec(),
+            shards: None,
+            codec: codec.clone(),
+            zarr_format: 3,
+            fill: None,
+            overwrite: true,
+        };
+        let target = ZarrArray::create(
+            crate::store::memory::MemoryStore::named("codec-floor"),
+            &spec,
+        )?;
+        let grid = ChunkGrid::regular(&shape, chunks)?;
+        let t1 = Instant::now();
+        pool.install(|| {
+            grid.chunk_indices()
+                .par_iter()
+                .try_for_each(|i| -> Result<()> {
+                    let r = grid.chunk_region(i);
+                    let mut c = Buffer::zeros(arr.dtype(), r.len() as usize);
+                    copy_region(full.bytes(), &whole, c.bytes_mut(), &r, &r, size);
+                    target.encode_chunk(i, &c).map(|_| ())
+                })
+        })?;
+        encode_seconds = t1.elapsed().as_secs_f64();
+    }
+    Ok(CodecFloor {
+        seconds: decode_seconds + encode_seconds,
+        decode_seconds,
+        encode_seconds,
+        decoded_bytes,
+        threads: pool.current_num_threads(),
+    })
+}
+
+/// Parameters as `NAME=VALUE` pairs into a map; an entry without `=` is an error.
+pub fn parse_params(pairs: &[String]) -> Result<BTreeMap<String, String>> {
+    pairs
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| Error::plan("--param", format!("\"{p}\" is not NAME=VALUE")))
+        })
+        .collect()
+}

@@ -1,0 +1,358 @@
+//! Local filesystem store: positional reads (pread) on a pool of IO threads, atomic writes
+//! (temporary name in the same directory, then rename).
+
+use std::fs::{self, File};
+use std::io::{ErrorKind as IoKind, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+
+use super::{ByteRange, ReadBatch, ReadCallback, ReadRequest, Store, WriteCallback};
+use crate::error::{Error, ErrorKind, Result};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A fixed pool of threads that run blocking IO jobs, apart from the compute pool.
+pub struct IoPool {
+    sender: Mutex<Option<mpsc::Sender<Job>>>,
+    workers: Mutex<Vec<thread::JoinHandle<()>>>,
+}
+
+impl IoPool {
+    /// Starts `threads` IO threads.
+    pub fn new(threads: usize) -> Arc<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let workers = (0..threads.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                thread::Builder::new()
+                    .name(format!("chunkfuse-io-{i}"))
+                    .spawn(move || loop {
+                        let job = match rx.lock() {
+                            Ok(guard) => guard.recv(),
+                            Err(_) => return,
+                        };
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    })
+            })
+            .filter_map(|h| h.ok())
+            .collect();
+        Arc::new(IoPool {
+            sender: Mutex::new(Some(tx)),
+            workers: Mutex::new(workers),
+        })
+    }
+
+    /// Queues `job`; runs it inline if the pool has shut down.
+    pub fn spawn(&self, job: Job) {
+        let sent = match self.sender.lock() {
+            Ok(guard) => match guard.as_ref() {
+                Some(tx) => tx.send(job).map_err(|e| e.0),
+                None => Err(job),
+            },
+            Err(_) => Err(job),
+        };
+        if let Err(job) = sent {
+            job();
+        }
+    }
+}
+
+impl Drop for IoPool {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.sender.lock() {
+            s.take();
+        }
+        if let Ok(mut w) = self.workers.lock() {
+            let me = thread::current().id();
+            for h in w.drain(..) {
+                if h.thread().id() != me {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+}
+
+/// A store rooted at a local directory.
+pub struct FsStore {
+    root: PathBuf,
+    url: String,
+    pool: Arc<IoPool>,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl FsStore {
+    /// A store rooted at `root` (which need not exist yet) with `io_threads` IO threads.
+    pub fn new(root: impl AsRef<Path>, io_threads: usize) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        let url = root.display().to_string();
+        Ok(FsStore {
+            root,
+            url,
+            pool: IoPool::new(io_threads),
+        })
+    }
+
+    fn path_of(&self, key: &str) -> PathBuf {
+        self.root.join(key)
+    }
+
+    fn read_one(path: &Path, range: Option<ByteRange>) -> std::io::Result<Option<Vec<u8>>> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if file.metadata()?.is_dir() {
+            return Ok(None);
+        }
+        match range {
+            None => {
+                let mut v = Vec::with_capacity(file.metadata()?.len() as usize);
+                (&file).read_to_end(&mut v)?;
+                Ok(Some(v))
+            }
+            Some(r) => {
+                let size = file.metadata()?.len();
+                let end = match r.len {
+                    Some(l) => r.offset + l,
+                    None => size,
+                };
+                if end > size || r.offset > end {
+                    return Err(std::io::Error::new(
+                        IoKind::UnexpectedEof,
+                        format!(
+                            "byte range {}..{end} lies past the end ({size} bytes)",
+                            r.offset
+                        ),
+                    ));
+                }
+                let mut v = vec![0u8; (end - r.offset) as usize];
+                file.read_exact_at(&mut v, r.offset)?;
+                Ok(Some(v))
+            }
+        }
+    }
+
+    fn write_atomic(path: &Path, value: &[u8]) -> std::io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        fs::create_dir_all(dir)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(
+            ".{name}.partial-{}-{}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(value)?;
+            fs::rename(&tmp, path)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    fn list_into(&self, dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_error(&self.url, "", e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(&self.url, prefix, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.contains(".partial-") {
+                continue;
+            }
+            let key = format!("{prefix}{name}");
+            if entry.path().is_dir() {
+                self.list_into(&entry.path(), &format!("{key}/"), out)?;
+            } else {
+                out.push(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn io_error(url: &str, key: &str, e: std::io::Error) -> Error {
+    let kind = if e.kind() == IoKind::UnexpectedEof {
+        ErrorKind::Corrupt
+    } else {
+        ErrorKind::Store
+    };
+    let mut err = Error::new(kind, e.to_string()).with_store(url);
+    if !key.is_empty() {
+        err = err.with_chunk_key(key);
+    }
+    err
+}
+
+struct BatchState {
+    results: Mutex<Vec<Option<Vec<u8>>>>,
+    remaining: AtomicUsize,
+    failed: Mutex<Option<Error>>,
+    done: Mutex<Option<ReadCallback>>,
+}
+
+impl BatchState {
+    fn finish_one(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let cb = self.done.lock().ok().and_then(|mut d| d.take());
+        let Some(cb) = cb else { return };
+        let failed = self.failed.lock().ok().and_then(|mut f| f.take());
+        match failed {
+            Some(e) => cb(Err(e)),
+            None => {
+                let results = self
+                    .results
+                    .lock()
+                    .map(|mut r| std::mem::take(&mut *r))
+                    .unwrap_or_default();
+                cb(Ok(results))
+            }
+        }
+    }
+}
+
+impl Store for FsStore {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn read_batch(&self, reqs: Vec<ReadRequest>, done: ReadCallback) {
+        if reqs.is_empty() {
+            done(Ok(ReadBatch::new()));
+            return;
+        }
+        let n = reqs.len();
+        let state = Arc::new(BatchState {
+            results: Mutex::new(vec![None; n]),
+            remaining: AtomicUsize::new(n),
+            failed: Mutex::new(None),
+            done: Mutex::new(Some(done)),
+        });
+        for (i, req) in reqs.into_iter().enumerate() {
+            let state = state.clone();
+            let path = self.path_of(&req.key);
+            let url = self.url.clone();
+            self.pool.spawn(Box::new(move || {
+                match FsStore::read_one(&path, req.range) {
+                    Ok(v) => {
+                        if let Ok(mut r) = state.results.lock() {
+                            r[i] = v;
+                        }
+                    }
+                    Err(e) => {
+                        if let Ok(mut f) = state.failed.lock() {
+                            f.get_or_insert_with(|| io_error(&url, &req.key, e));
+                        }
+                    }
+                }
+                state.finish_one();
+            }));
+        }
+    }
+
+    fn write_async(&self, key: String, value: Vec<u8>, done: WriteCallback) {
+        let path = self.path_of(&key);
+        let url = self.url.clone();
+        self.pool.spawn(Box::new(move || {
+            done(FsStore::write_atomic(&path, &value).map_err(|e| io_error(&url, &key, e)))
+        }));
+    }
+
+    fn erase(&self, key: &str) -> Result<()> {
+        match fs::remove_file(self.path_of(key)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&self.url, key, e)),
+        }
+    }
+
+    fn erase_prefix(&self, prefix: &str) -> Result<()> {
+        if prefix.is_empty() {
+            for key in self.list_prefix("")? {
+                self.erase(&key)?;
+            }
+            return Ok(());
+        }
+        let path = self.path_of(prefix.trim_end_matches('/'));
+        let r = if path.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&self.url, prefix, e)),
+        }
+    }
+
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.list_into(&self.root, "", &mut out)?;
+        out.retain(|k| k.starts_with(prefix));
+        out.sort();
+        Ok(out)
+    }
+
+    fn size_of(&self, key: &str) -> Result<Option<u64>> {
+        match fs::metadata(self.path_of(key)) {
+            Ok(m) if m.is_file() => Ok(Some(m.len())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(&self.url, key, e)),
+        }
+    }
+
+    fn supports_partial_reads(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fs_store_conforms() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path(), 3).unwrap();
+        crate::store::conformance::check_store(&store);
+    }
+
+    #[test]
+    fn missing_range_past_end_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path(), 1).unwrap();
+        store.set("k", vec![1, 2, 3]).unwrap();
+        let err = store
+            .get_many(vec![ReadRequest {
+                key: "k".into(),
+                range: Some(ByteRange {
+                    offset: 2,
+                    len: Some(5),
+                }),
+            }])
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Corrupt);
+        assert_eq!(err.context.chunk_key.as_deref(), Some("k"));
+    }
+}

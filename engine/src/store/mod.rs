@@ -1,0 +1,179 @@
+//! Stores: where Zarr keys live. One trait, one file per backend.
+//!
+//! Reads come in batches (many keys or byte ranges per call) and complete through a callback,
+//! so the scheduler never blocks a compute thread on IO; `get_many` is the blocking form for
+//! callers outside the hot path. Writes are atomic per key: a reader sees the old value, the
+//! new value, or nothing, never a part.
+
+pub mod fs;
+pub mod memory;
+
+use std::sync::{mpsc, Arc};
+
+use crate::error::{Error, Result};
+
+/// One read: a whole key, or `len` bytes from `offset` (`len == None`: to the end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRequest {
+    /// Key relative to the store root, `/`-separated.
+    pub key: String,
+    /// Byte range, or `None` for the whole value.
+    pub range: Option<ByteRange>,
+}
+
+/// A byte range of a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    /// First byte.
+    pub offset: u64,
+    /// Number of bytes, or `None` for "to the end".
+    pub len: Option<u64>,
+}
+
+impl ReadRequest {
+    /// A read of the whole value at `key`.
+    pub fn whole(key: impl Into<String>) -> Self {
+        ReadRequest {
+            key: key.into(),
+            range: None,
+        }
+    }
+}
+
+/// The result of a batch: one entry per request, `None` where the key does not exist.
+pub type ReadBatch = Vec<Option<Vec<u8>>>;
+
+/// Called once when every read of a batch has finished (or the first has failed).
+pub type ReadCallback = Box<dyn FnOnce(Result<ReadBatch>) + Send>;
+
+/// Called once when a write has finished.
+pub type WriteCallback = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// A key-value store holding Zarr metadata and chunks.
+pub trait Store: Send + Sync {
+    /// The URL or path the store was opened with, for messages.
+    fn url(&self) -> &str;
+
+    /// Starts reading every request of `reqs`; `done` receives the values in request order.
+    /// Backends serve the batch concurrently on their own IO threads.
+    fn read_batch(&self, reqs: Vec<ReadRequest>, done: ReadCallback);
+
+    /// Starts writing `value` at `key` atomically; `done` receives the outcome.
+    fn write_async(&self, key: String, value: Vec<u8>, done: WriteCallback);
+
+    /// Removes `key` if present.
+    fn erase(&self, key: &str) -> Result<()>;
+
+    /// Removes every key under `prefix` (all keys for `""`).
+    fn erase_prefix(&self, prefix: &str) -> Result<()>;
+
+    /// Every key under `prefix`, sorted.
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<String>>;
+
+    /// The size in bytes of the value at `key`, if present.
+    fn size_of(&self, key: &str) -> Result<Option<u64>>;
+
+    /// True when the backend reads byte ranges without fetching the whole value.
+    fn supports_partial_reads(&self) -> bool;
+
+    /// Reads a batch and waits for it (for metadata and tools, not the hot path).
+    fn get_many(&self, reqs: Vec<ReadRequest>) -> Result<ReadBatch> {
+        let (tx, rx) = mpsc::channel();
+        self.read_batch(
+            reqs,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv()
+            .map_err(|_| Error::store(self.url(), "IO thread ended without an answer"))?
+    }
+
+    /// Reads one whole value and waits for it.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let mut v = self.get_many(vec![ReadRequest::whole(key)])?;
+        Ok(v.pop().flatten())
+    }
+
+    /// Writes one value and waits for it.
+    fn set(&self, key: &str, value: Vec<u8>) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.write_async(
+            key.to_string(),
+            value,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv()
+            .map_err(|_| Error::store(self.url(), "IO thread ended without an answer"))?
+    }
+}
+
+/// Opens the store at `url`: a local path or `file://` URL (`memory://NAME` in tests).
+pub fn open_store(url: &str, io_threads: usize) -> Result<Arc<dyn Store>> {
+    if let Some(name) = url.strip_prefix("memory://") {
+        return Ok(memory::MemoryStore::named(name));
+    }
+    if let Some((scheme, _)) = url.split_once("://") {
+        if scheme != "file" {
+            return Err(Error::store(
+                url,
+                format!(
+                    "the \"{scheme}://\" scheme is not supported yet; use a local path or file://"
+                ),
+            ));
+        }
+    }
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    Ok(Arc::new(fs::FsStore::new(path, io_threads)?))
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance {
+    //! Behaviour every store backend must show; each backend's tests call these.
+    use super::*;
+
+    /// Writes, reads (whole and ranged), lists, and erases keys.
+    pub fn check_store(store: &dyn Store) {
+        store.set("a/b/c", b"hello world".to_vec()).unwrap();
+        store.set("a/d", b"xyz".to_vec()).unwrap();
+        assert_eq!(
+            store.get("a/b/c").unwrap().as_deref(),
+            Some(&b"hello world"[..])
+        );
+        assert_eq!(store.get("missing").unwrap(), None);
+        let r = store
+            .get_many(vec![
+                ReadRequest {
+                    key: "a/b/c".into(),
+                    range: Some(ByteRange {
+                        offset: 6,
+                        len: Some(5),
+                    }),
+                },
+                ReadRequest {
+                    key: "a/b/c".into(),
+                    range: Some(ByteRange {
+                        offset: 2,
+                        len: None,
+                    }),
+                },
+                ReadRequest::whole("nope"),
+                ReadRequest::whole("a/d"),
+            ])
+            .unwrap();
+        assert_eq!(r[0].as_deref(), Some(&b"world"[..]));
+        assert_eq!(r[1].as_deref(), Some(&b"llo world"[..]));
+        assert_eq!(r[2], None);
+        assert_eq!(r[3].as_deref(), Some(&b"xyz"[..]));
+        assert_eq!(store.size_of("a/d").unwrap(), Some(3));
+        assert_eq!(store.list_prefix("a/").unwrap(), vec!["a/b/c", "a/d"]);
+        store.set("a/d", b"replaced".to_vec()).unwrap();
+        assert_eq!(store.get("a/d").unwrap().as_deref(), Some(&b"replaced"[..]));
+        store.erase("a/d").unwrap();
+        assert_eq!(store.get("a/d").unwrap(), None);
+        store.erase_prefix("").unwrap();
+        assert!(store.list_prefix("").unwrap().is_empty());
+    }
+}

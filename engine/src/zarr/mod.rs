@@ -1,0 +1,322 @@
+//! The one adapter over the `zarrs` crate: metadata, chunk keys and codec chains.
+//!
+//! Every call into zarrs lives in this module. IO does not: chunk bytes come from and go to
+//! the engine's own [`Store`](crate::store::Store), and zarrs only parses metadata and runs
+//! codecs on bytes handed to it, with its internal parallelism switched off (the engine
+//! parallelises across chunks itself).
+
+mod create;
+mod metadata;
+
+pub use create::{ArraySpec, Codec};
+pub use metadata::ArrayInfo;
+
+use std::borrow::Cow;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use zarrs::array::{
+    data_type, Array, ArrayBytes, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions,
+};
+use zarrs::storage::store::MemoryStore;
+
+use crate::array::{AxisChunks, Buffer, ChunkGrid, DType, Region};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::Store;
+
+/// An open Zarr array: its metadata, chunk grid and codecs, and the store holding its chunks.
+pub struct ZarrArray {
+    url: String,
+    store: Arc<dyn Store>,
+    meta: Array<MemoryStore>,
+    dtype: DType,
+    grid: ChunkGrid,
+    fill: Vec<u8>,
+    info: ArrayInfo,
+    options: CodecOptions,
+}
+
+impl std::fmt::Debug for ZarrArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZarrArray")
+            .field("url", &self.url)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.grid.shape())
+            .finish()
+    }
+}
+
+fn dtype_from_zarrs(dt: &zarrs::array::DataType) -> Option<DType> {
+    let table: [(fn() -> zarrs::array::DataType, DType); 13] = [
+        (data_type::bool, DType::Bool),
+        (data_type::int8, DType::I8),
+        (data_type::int16, DType::I16),
+        (data_type::int32, DType::I32),
+        (data_type::int64, DType::I64),
+        (data_type::uint8, DType::U8),
+        (data_type::uint16, DType::U16),
+        (data_type::uint32, DType::U32),
+        (data_type::uint64, DType::U64),
+        (data_type::float32, DType::F32),
+        (data_type::float64, DType::F64),
+        (data_type::complex64, DType::C64),
+        (data_type::complex128, DType::C128),
+    ];
+    table.iter().find(|(f, _)| &f() == dt).map(|(_, d)| *d)
+}
+
+fn codec_options() -> CodecOptions {
+    // The engine runs many chunks at once on its own pool; nested zarrs parallelism would
+    // oversubscribe the cores.
+    CodecOptions::default().with_concurrent_target(1)
+}
+
+fn nonzero_shape(shape: &[u64]) -> Result<Vec<NonZeroU64>> {
+    shape
+        .iter()
+        .map(|&s| NonZeroU64::new(s).ok_or_else(|| Error::internal("zero-sized chunk")))
+        .collect()
+}
+
+impl ZarrArray {
+    /// Opens the array whose metadata (`zarr.json`, or `.zarray` + `.zattrs`) is at the root of
+    /// `store`.
+    pub fn open(store: Arc<dyn Store>) -> Result<Self> {
+        let url = store.url().to_string();
+        let (metadata, raw) = metadata::read(store.as_ref())?;
+        Self::from_metadata(store, metadata, raw).map_err(|e| e.with_store(&url))
+    }
+
+    fn from_metadata(
+        store: Arc<dyn Store>,
+        metadata: ArrayMetadata,
+        raw: serde_json::Value,
+    ) -> Result<Self> {
+        let url = store.url().to_string();
+        let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
+            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("invalid array metadata: {e}")))?;
+        let dtype = dtype_from_zarrs(meta.data_type()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "data type {} is not supported by the engine",
+                    meta.data_type()
+                ),
+            )
+        })?;
+        let grid_shape = meta.chunk_grid_shape().to_vec();
+        let rank = grid_shape.len();
+        let mut axes = Vec::with_capacity(rank);
+        for d in 0..rank {
+            let mut sizes = Vec::with_capacity(grid_shape[d] as usize);
+            for i in 0..grid_shape[d] {
+                let mut idx = vec![0u64; rank];
+                idx[d] = i;
+                let subset = meta
+                    .chunk_subset_bounded(&idx)
+                    .map_err(|e| Error::new(ErrorKind::Corrupt, e.to_string()))?;
+                sizes.push(subset.shape()[d]);
+            }
+            let axis = if meta.shape()[d] == 0 {
+                AxisChunks::from_sizes(&[])?
+            } else {
+                AxisChunks::from_sizes(&sizes)?
+            };
+            axes.push(axis);
+        }
+        let fill = meta.fill_value().as_ne_bytes().to_vec();
+        let info = metadata::describe(&meta, &raw, dtype);
+        Ok(ZarrArray {
+            url,
+            store,
+            meta,
+            dtype,
+            grid: ChunkGrid::new(axes),
+            fill,
+            info,
+            options: codec_options(),
+        })
+    }
+
+    /// The store URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Shape.
+    pub fn shape(&self) -> Vec<u64> {
+        self.grid.shape()
+    }
+
+    /// The storage chunk grid (shards for sharded arrays).
+    pub fn grid(&self) -> &ChunkGrid {
+        &self.grid
+    }
+
+    /// The fill value's native-endian bytes.
+    pub fn fill_bytes(&self) -> &[u8] {
+        &self.fill
+    }
+
+    /// What `chunkfuse info` shows.
+    pub fn info(&self) -> &ArrayInfo {
+        &self.info
+    }
+
+    /// The store key of the chunk at grid index `idx`.
+    pub fn chunk_key(&self, idx: &[u64]) -> String {
+        self.meta.chunk_key(idx).as_str().to_string()
+    }
+
+    /// The shape a chunk is encoded with (edge chunks of regular grids are padded).
+    pub fn encoded_chunk_shape(&self, idx: &[u64]) -> Result<Vec<u64>> {
+        let shape = self
+            .meta
+            .chunk_shape(idx)
+            .map_err(|e| Error::internal(format!("chunk {idx:?}: {e}")))?;
+        Ok(shape.iter().map(|s| s.get()).collect())
+    }
+
+    /// Decodes the stored bytes of chunk `idx` (or the fill value when `bytes` is `None`)
+    /// into a buffer covering exactly the chunk's region inside the array.
+    pub fn decode_chunk(&self, idx: &[u64], bytes: Option<Vec<u8>>) -> Result<Buffer> {
+        let region = self.grid.chunk_region(idx);
+        let Some(bytes) = bytes else {
+            return Ok(Buffer::filled(
+                self.dtype,
+                region.len() as usize,
+                &self.fill,
+            ));
+        };
+        let key = self.chunk_key(idx);
+        let encoded_shape = self.encoded_chunk_shape(idx)?;
+        let decoded = self
+            .meta
+            .codecs()
+            .decode(
+                Cow::Owned(bytes),
+                &nonzero_shape(&encoded_shape)?,
+                self.meta.data_type(),
+                self.meta.fill_value(),
+                &self.options,
+            )
+            .and_then(|b| {
+                b.into_fixed()
+                    .map_err(|e| zarrs::array::CodecError::Other(e.to_string()))
+            })
+            .map_err(|e| {
+                Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {e}"))
+                    .with_chunk_key(&key)
+                    .with_store(&self.url)
+            })?;
+        let full = Buffer::from_bytes(self.dtype, decoded.into_owned())?;
+        if encoded_shape == region.shape {
+            return Ok(full);
+        }
+        // An edge chunk: keep the part inside the array.
+        let mut out = Buffer::zeros(self.dtype, region.len() as usize);
+        let padded = Region {
+            start: region.start.clone(),
+            shape: encoded_shape,
+        };
+        crate::array::buffer::copy_region(
+            full.bytes(),
+            &padded,
+            out.bytes_mut(),
+            &region,
+            &region,
+            self.dtype.size(),
+        );
+        Ok(out)
+    }
+
+    /// Encodes `data`, which covers exactly chunk `idx`'s region. Returns `None` when every
+    /// element equals the fill value (such chunks are not stored, as zarr-python does).
+    pub fn encode_chunk(&self, idx: &[u64], data: &Buffer) -> Result<Option<Vec<u8>>> {
+        let region = self.grid.chunk_region(idx);
+        if data.len() as u64 != region.len() || data.dtype() != self.dtype {
+            return Err(Error::internal(format!(
+                "chunk {idx:?} expects {} {} elements, got {} {}",
+                region.len(),
+                self.dtype,
+                data.len(),
+                data.dtype()
+            )));
+        }
+        if data.all_equal(&self.fill) {
+            return Ok(None);
+        }
+        let encoded_shape = self.encoded_chunk_shape(idx)?;
+        let padded_storage;
+        let bytes: &[u8] = if encoded_shape == region.shape {
+            data.bytes()
+        } else {
+            let padded = Region {
+                start: region.start.clone(),
+                shape: encoded_shape.clone(),
+            };
+            let mut p = Buffer::filled(self.dtype, padded.len() as usize, &self.fill);
+            crate::array::buffer::copy_region(
+                data.bytes(),
+                &region,
+                p.bytes_mut(),
+                &padded,
+                &region,
+                self.dtype.size(),
+            );
+            padded_storage = p;
+            padded_storage.bytes()
+        };
+        let encoded = self
+            .meta
+            .codecs()
+            .encode(
+                ArrayBytes::new_flen(Cow::Borrowed(bytes)),
+                &nonzero_shape(&encoded_shape)?,
+                self.meta.data_type(),
+                self.meta.fill_value(),
+                &self.options,
+            )
+            .map_err(|e| {
+                Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))
+                    .with_chunk_key(self.chunk_key(idx))
+                    .with_store(&self.url)
+            })?;
+        Ok(Some(encoded.into_owned()))
+    }
+
+    /// Creates (or replaces, when `spec.overwrite`) an array in `store` and writes its metadata.
+    pub fn create(store: Arc<dyn Store>, spec: &ArraySpec) -> Result<Self> {
+        let url = store.url().to_string();
+        let (doc, key) = create::metadata_document(spec).map_err(|e| e.with_store(&url))?;
+        let metadata = metadata::parse(&doc, &key).map_err(|e| e.with_store(&url))?;
+        let raw: serde_json::Value = serde_json::from_slice(&doc)
+            .map_err(|e| Error::internal(format!("metadata we wrote is not JSON: {e}")))?;
+        let existing = metadata::exists(store.as_ref())?;
+        if existing && !spec.overwrite {
+            return Err(Error::store(
+                &url,
+                "an array already exists here (set \"overwrite\": true to replace it)",
+            ));
+        }
+        if existing {
+            store.erase_prefix("")?;
+        }
+        let array = Self::from_metadata(store.clone(), metadata, raw)?;
+        store.set(&key, doc).map_err(|e| e.with_store(&url))?;
+        Ok(array)
+    }
+}
+
+#[cfg(test)]
+mod tests;

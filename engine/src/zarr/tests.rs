@@ -1,0 +1,87 @@
+use super::*;
+use crate::store::fs::FsStore;
+
+fn spec(shards: Option<Vec<u64>>, zarr_format: u8) -> ArraySpec {
+    ArraySpec {
+        shape: vec![5, 7],
+        dtype: DType::F32,
+        chunks: vec![2, 3],
+        shards,
+        codec: Codec::default(),
+        zarr_format,
+        fill: Some(1.5f32.to_ne_bytes().to_vec()),
+        overwrite: true,
+    }
+}
+
+fn round_trip(s: ArraySpec) {
+    let shape = s.shape.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
+    let arr = ZarrArray::create(store.clone(), &s).unwrap();
+    let grid = arr.grid().clone();
+    for idx in grid.chunk_indices() {
+        let r = grid.chunk_region(&idx);
+        let mut b = Buffer::zeros(DType::F32, r.len() as usize);
+        for (k, v) in b.as_slice_mut::<f32>().unwrap().iter_mut().enumerate() {
+            *v = (r.start[0] * 100 + r.start[1]) as f32 + k as f32 * 0.25;
+        }
+        if let Some(bytes) = arr.encode_chunk(&idx, &b).unwrap() {
+            store.set(&arr.chunk_key(&idx), bytes).unwrap();
+        }
+    }
+    let reopened = ZarrArray::open(store.clone()).unwrap();
+    assert_eq!(reopened.shape(), shape);
+    assert_eq!(reopened.fill_bytes(), &1.5f32.to_ne_bytes());
+    for idx in grid.chunk_indices() {
+        let r = grid.chunk_region(&idx);
+        let bytes = store.get(&reopened.chunk_key(&idx)).unwrap();
+        let b = reopened.decode_chunk(&idx, bytes).unwrap();
+        let v = b.as_slice::<f32>().unwrap();
+        assert_eq!(v.len() as u64, r.len());
+        assert_eq!(
+            v[v.len() - 1],
+            (r.start[0] * 100 + r.start[1]) as f32 + (v.len() - 1) as f32 * 0.25
+        );
+    }
+}
+
+#[test]
+fn v3_round_trip_with_edge_chunks() {
+    round_trip(spec(None, 3));
+}
+
+#[test]
+fn v3_sharded_round_trip() {
+    let mut s = spec(Some(vec![4, 6]), 3);
+    s.shape = vec![8, 12];
+    round_trip(s);
+}
+
+#[test]
+fn v2_round_trip() {
+    round_trip(spec(None, 2));
+}
+
+#[test]
+fn missing_chunk_is_fill_value_and_fill_chunks_are_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 1).unwrap());
+    let arr = ZarrArray::create(store, &spec(None, 3)).unwrap();
+    let b = arr.decode_chunk(&[2, 2], None).unwrap();
+    assert_eq!(b.as_slice::<f32>().unwrap(), &[1.5]);
+    assert_eq!(arr.encode_chunk(&[2, 2], &b).unwrap(), None);
+}
+
+#[test]
+fn corrupt_chunk_names_key_and_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 1).unwrap());
+    let arr = ZarrArray::create(store, &spec(None, 3)).unwrap();
+    let e = arr
+        .decode_chunk(&[0, 1], Some(vec![1, 2, 3, 4]))
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt);
+    assert_eq!(e.context.chunk_key.as_deref(), Some("c/0/1"));
+    assert!(e.context.store.is_some());
+}
