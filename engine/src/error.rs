@@ -58,8 +58,8 @@ pub struct Error {
     pub kind: ErrorKind,
     /// What went wrong, in words.
     pub message: String,
-    /// Where it went wrong.
-    pub context: ErrorContext,
+    /// Where it went wrong (boxed to keep `Result`s small).
+    pub context: Box<ErrorContext>,
 }
 
 /// Result with the engine's [`Error`].
@@ -71,7 +71,7 @@ impl Error {
         Error {
             kind,
             message: message.into(),
-            context: ErrorContext::default(),
+            context: Box::default(),
         }
     }
 

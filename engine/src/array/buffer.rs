@@ -71,13 +71,13 @@ impl Buffer {
 
     /// Adopts decoded bytes, copying only if they are not suitably aligned.
     pub fn from_bytes(dtype: DType, bytes: Vec<u8>) -> Result<Self> {
-        if bytes.len() % dtype.size() != 0 {
+        if !bytes.len().is_multiple_of(dtype.size()) {
             return Err(Error::internal(format!(
                 "{} bytes is not a whole number of {dtype} elements",
                 bytes.len()
             )));
         }
-        if (bytes.as_ptr() as usize) % 16 == 0 {
+        if (bytes.as_ptr() as usize).is_multiple_of(16) {
             return Ok(Buffer {
                 dtype,
                 storage: Storage::Bytes(bytes),

@@ -156,12 +156,14 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         "m" | "mib" => 1024.0 * 1024.0,
         "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
         "t" | "tib" => 1024f64.powi(4),
-        other => return Err(Error::new(
-            ErrorKind::Plan,
-            format!(
+        other => {
+            return Err(Error::new(
+                ErrorKind::Plan,
+                format!(
                 "invalid size unit \"{other}\" in \"{text}\"; use B, KB, MB, GB, KiB, MiB or GiB"
             ),
-        )),
+            ))
+        }
     };
     let bytes = value * mult;
     if bytes < 1.0 {

@@ -62,6 +62,13 @@ struct Running {
 
 type TaskRef = Arc<Mutex<Running>>;
 
+/// The reads of one batch that go to one store: positions in the batch, and requests.
+type StoreGroup = (
+    Arc<dyn crate::store::Store>,
+    Vec<usize>,
+    Vec<crate::store::ReadRequest>,
+);
+
 struct Ctx {
     pool: Arc<rayon::ThreadPool>,
     progress: Arc<Progress>,
@@ -242,11 +249,7 @@ fn issue_read(ctx: &Arc<Ctx>, t: &TaskRef, i: usize) {
     };
     let Some(ops) = ops else { return };
     // Group by store, keeping the request order for the processor.
-    let mut groups: Vec<(
-        Arc<dyn crate::store::Store>,
-        Vec<usize>,
-        Vec<crate::store::ReadRequest>,
-    )> = Vec::new();
+    let mut groups: Vec<StoreGroup> = Vec::new();
     for (k, op) in ops.into_iter().enumerate() {
         match groups.iter_mut().find(|g| Arc::ptr_eq(&g.0, &op.store)) {
             Some(g) => {

@@ -3,6 +3,7 @@
 use num_complex::Complex64;
 
 use super::work::{narrow, Reg};
+use crate::array::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::expr::Signature;
 use crate::plan::Func;
@@ -126,12 +127,58 @@ fn unsupported(func: Func, what: &str) -> Error {
 /// Computes `func` on the first `n` values of `args` (all of dtype `sig.compute`, except the
 /// bool condition of `where`) into `out` (of dtype `sig.result`), then narrows the result.
 pub fn call(func: Func, sig: Signature, args: &[&Reg], out: &mut Reg, n: usize) -> Result<()> {
+    // Float results round inside the kernel loop (one pass); everything else narrows after.
+    if let (2, Reg::F(a), Reg::F(b), Reg::F(o)) = (
+        args.len(),
+        args[0],
+        args.get(1).copied().unwrap_or(args[0]),
+        &mut *out,
+    ) {
+        return if sig.result == DType::F32 {
+            binary_f::<true>(func, a, b, o, n)
+        } else {
+            binary_f::<false>(func, a, b, o, n)
+        };
+    }
     match args.len() {
         1 => unary(func, args[0], out, n)?,
         2 => binary(func, args[0], args[1], out, n)?,
         _ => ternary(func, args[0], args[1], args[2], out, n)?,
     }
     narrow(out, sig.result, n);
+    Ok(())
+}
+
+#[inline(always)]
+fn rnd<const R32: bool>(x: f64) -> f64 {
+    if R32 {
+        x as f32 as f64
+    } else {
+        x
+    }
+}
+
+/// Binary float kernels; with `R32` each result is rounded to float32 in the same loop.
+fn binary_f<const R32: bool>(
+    func: Func,
+    a: &[f64],
+    b: &[f64],
+    o: &mut [f64],
+    n: usize,
+) -> Result<()> {
+    use Func::*;
+    match func {
+        Add => zip2(a, b, o, n, |x, y| rnd::<R32>(x + y)),
+        Subtract => zip2(a, b, o, n, |x, y| rnd::<R32>(x - y)),
+        Multiply => zip2(a, b, o, n, |x, y| rnd::<R32>(x * y)),
+        Divide => zip2(a, b, o, n, |x, y| rnd::<R32>(x / y)),
+        FloorDivide => zip2(a, b, o, n, |x, y| rnd::<R32>(float_divmod(x, y).0)),
+        Remainder => zip2(a, b, o, n, |x, y| rnd::<R32>(float_divmod(x, y).1)),
+        Power => zip2(a, b, o, n, |x: f64, y| rnd::<R32>(x.powf(y))),
+        Maximum => zip2(a, b, o, n, |x, y| rnd::<R32>(fmax(x, y))),
+        Minimum => zip2(a, b, o, n, |x, y| rnd::<R32>(fmin(x, y))),
+        _ => return Err(unsupported(func, "float")),
+    }
     Ok(())
 }
 
@@ -225,8 +272,8 @@ fn binary(func: Func, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
             Add => zip2(a, b, o, n, |x: u64, y| x.wrapping_add(y)),
             Subtract => zip2(a, b, o, n, |x: u64, y| x.wrapping_sub(y)),
             Multiply => zip2(a, b, o, n, |x: u64, y| x.wrapping_mul(y)),
-            FloorDivide => zip2(a, b, o, n, |x: u64, y| if y == 0 { 0 } else { x / y }),
-            Remainder => zip2(a, b, o, n, |x: u64, y| if y == 0 { 0 } else { x % y }),
+            FloorDivide => zip2(a, b, o, n, |x: u64, y| x.checked_div(y).unwrap_or(0)),
+            Remainder => zip2(a, b, o, n, |x: u64, y| x.checked_rem(y).unwrap_or(0)),
             Power => zip2(a, b, o, n, uint_pow),
             Maximum => zip2(a, b, o, n, |x: u64, y| x.max(y)),
             Minimum => zip2(a, b, o, n, |x: u64, y| x.min(y)),

@@ -569,7 +569,7 @@ fn concretize(t: TExpr, ty: Typed, to: DType, path: &str) -> Result<TExpr> {
 fn normalise_axis(axis: i64, rank: usize, field: &str) -> Result<usize> {
     let r = rank as i64;
     plan_ensure!(
-        axis >= -r && axis < r.max(1) && !(rank == 0),
+        rank != 0 && axis >= -r && axis < r,
         field,
         "axis {axis} is out of range for an array of rank {rank}"
     );
