@@ -122,6 +122,85 @@ impl Drop for WorkDir {
     }
 }
 
+/// Opens every material: sources as they are, targets and intermediates created in their
+/// stores, or, without a `work_root`, created in memory as stand-ins for planning checks.
+fn open_materials(
+    materials: &[stages::Material],
+    io_threads: usize,
+    work_root: Option<&std::path::Path>,
+) -> Result<Arc<Vec<Arc<ZarrArray>>>> {
+    static STAND_IN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut arrays = Vec::with_capacity(materials.len());
+    for (i, m) in materials.iter().enumerate() {
+        let (store, spec) = match (&m.origin, work_root) {
+            (MaterialOrigin::Source(a), _) => {
+                arrays.push(a.clone());
+                continue;
+            }
+            (MaterialOrigin::Target { spec, .. } | MaterialOrigin::Intermediate { spec }, None) => {
+                let n = STAND_IN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let store = crate::store::memory::MemoryStore::named(&format!("stand-in-{n}"));
+                (store, spec)
+            }
+            (MaterialOrigin::Target { url, spec }, Some(_)) => (open_store(url, io_threads)?, spec),
+            (MaterialOrigin::Intermediate { spec }, Some(root)) => {
+                let dir = root.join(format!("{i}.zarr"));
+                (open_store(&dir.display().to_string(), io_threads)?, spec)
+            }
+        };
+        let arr = ZarrArray::create(store.clone(), spec).array_ctx(&m.name)?;
+        if work_root.is_none() {
+            store.erase_prefix("")?;
+        }
+        arrays.push(Arc::new(arr));
+    }
+    Ok(Arc::new(arrays))
+}
+
+/// The tasks of one stage and its description.
+fn stage_tasks(
+    stage: &Stage,
+    arrays: &Arc<Vec<Arc<ZarrArray>>>,
+    batch_limit: u64,
+) -> Result<(String, Vec<crate::exec::Task>)> {
+    Ok(match stage {
+        Stage::Compute { input, out, block, label } => (
+            format!("{label} (blocks of {block:?} chunks)"),
+            compute::tasks(
+                Arc::new(input.clone()),
+                arrays.clone(),
+                arrays[*out].clone(),
+                block,
+                label,
+                batch_limit,
+            ),
+        ),
+        Stage::Reduce {
+            input,
+            out,
+            func,
+            axes,
+            keepdims,
+            ddof,
+            label,
+        } => (
+            label.clone(),
+            reduce::tasks(
+                Arc::new(input.clone()),
+                arrays.clone(),
+                arrays[*out].clone(),
+                reduce::ReduceParams {
+                    func: *func,
+                    axes: axes.clone(),
+                    keepdims: *keepdims,
+                    ddof: *ddof,
+                },
+                label,
+            )?,
+        ),
+    })
+}
+
 /// Validates and runs `plan`.
 pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let started = Instant::now();
@@ -141,81 +220,53 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
             threads: scheduler.threads(),
         },
     )?;
-    // Create targets and intermediates (validation has passed).
-    let work_root = opts
-        .work_dir
-        .clone()
-        .unwrap_or_else(std::env::temp_dir)
-        .join(format!(
-            "chunkfuse-{}-{}",
-            std::process::id(),
-            started.elapsed().as_nanos()
-        ));
-    let mut work = WorkDir(None);
-    let mut arrays = Vec::with_capacity(physical.materials.len());
-    let mut outputs = Vec::new();
-    for (i, m) in physical.materials.iter().enumerate() {
-        let arr = match &m.origin {
-            MaterialOrigin::Source(a) => a.clone(),
-            MaterialOrigin::Target { url, spec } => {
-                outputs.push(url.clone());
-                let store = open_store(url, opts.io_threads)?;
-                Arc::new(ZarrArray::create(store, spec).array_ctx(&m.name)?)
-            }
-            MaterialOrigin::Intermediate { spec } => {
-                let dir = work_root.join(format!("{i}.zarr"));
-                work.0.get_or_insert_with(|| work_root.clone());
-                let store = open_store(&dir.display().to_string(), opts.io_threads)?;
-                Arc::new(ZarrArray::create(store, spec).array_ctx(&m.name)?)
-            }
-        };
-        arrays.push(arr);
-    }
-    let arrays = Arc::new(arrays);
     let batch_limit = (max_mem / 16).max(1);
+    // Every task must fit the budget: check with in-memory stand-ins before anything is
+    // created on disk.
+    let stand_ins = open_materials(&physical.materials, opts.io_threads, None)?;
+    for stage in &physical.stages {
+        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit)?;
+        if let Some(t) = tasks.iter().max_by_key(|t| t.memory) {
+            if t.memory > max_mem {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Memory,
+                    format!(
+                        "{} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
+                        t.label,
+                        crate::exec::memory::human_bytes(t.memory),
+                        crate::exec::memory::human_bytes(max_mem)
+                    ),
+                ));
+            }
+        }
+    }
+    drop(stand_ins);
+    // Create targets and intermediates (validation has passed).
+    let work_root = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir).join(format!(
+        "chunkfuse-{}-{}",
+        std::process::id(),
+        started.elapsed().as_nanos()
+    ));
+    let work = WorkDir(
+        physical
+            .materials
+            .iter()
+            .any(|m| matches!(m.origin, MaterialOrigin::Intermediate { .. }))
+            .then(|| work_root.clone()),
+    );
+    let arrays = open_materials(&physical.materials, opts.io_threads, Some(&work_root))?;
+    let outputs: Vec<String> = physical
+        .materials
+        .iter()
+        .filter_map(|m| match &m.origin {
+            MaterialOrigin::Target { url, .. } => Some(url.clone()),
+            _ => None,
+        })
+        .collect();
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
-        let tasks = match stage {
-            Stage::Compute {
-                input,
-                out,
-                block,
-                label,
-            } => {
-                stage_names.push(format!("{label} (blocks of {block:?} chunks)"));
-                compute::tasks(
-                    Arc::new(input.clone()),
-                    arrays.clone(),
-                    arrays[*out].clone(),
-                    block,
-                    label,
-                    batch_limit,
-                )
-            }
-            Stage::Reduce {
-                input,
-                out,
-                func,
-                axes,
-                keepdims,
-                ddof,
-                label,
-            } => {
-                stage_names.push(label.clone());
-                reduce::tasks(
-                    Arc::new(input.clone()),
-                    arrays.clone(),
-                    arrays[*out].clone(),
-                    reduce::ReduceParams {
-                        func: *func,
-                        axes: axes.clone(),
-                        keepdims: *keepdims,
-                        ddof: *ddof,
-                    },
-                    label,
-                )?
-            }
-        };
+        let (name, tasks) = stage_tasks(stage, &arrays, batch_limit)?;
+        stage_names.push(name);
         progress.add_tasks(tasks.len() as u64);
         scheduler.run(tasks)?;
     }

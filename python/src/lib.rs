@@ -51,6 +51,7 @@ fn run_plan(
 /// The module.
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    chunkfuse_engine::exec::memory::configure_allocator();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(run_plan, m)?)?;
     m.add("__version__", chunkfuse_engine::VERSION)?;

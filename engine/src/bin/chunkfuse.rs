@@ -286,6 +286,7 @@ fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
+    chunkfuse_engine::exec::memory::configure_allocator();
     let cli = Cli::parse();
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
