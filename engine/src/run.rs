@@ -164,7 +164,12 @@ fn stage_tasks(
     batch_limit: u64,
 ) -> Result<(String, Vec<crate::exec::Task>)> {
     Ok(match stage {
-        Stage::Compute { input, out, block, label } => (
+        Stage::Compute {
+            input,
+            out,
+            block,
+            label,
+        } => (
             format!("{label} (blocks of {block:?} chunks)"),
             compute::tasks(
                 Arc::new(input.clone()),
@@ -242,11 +247,15 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     }
     drop(stand_ins);
     // Create targets and intermediates (validation has passed).
-    let work_root = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir).join(format!(
-        "chunkfuse-{}-{}",
-        std::process::id(),
-        started.elapsed().as_nanos()
-    ));
+    let work_root = opts
+        .work_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!(
+            "chunkfuse-{}-{}",
+            std::process::id(),
+            started.elapsed().as_nanos()
+        ));
     let work = WorkDir(
         physical
             .materials

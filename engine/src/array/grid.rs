@@ -364,3 +364,67 @@ mod tests {
         assert_eq!(g.chunk_indices(), vec![Vec::<u64>::new()]);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn grid_and_region() -> impl Strategy<Value = (Vec<u64>, Vec<u64>, Region)> {
+        prop::collection::vec((1u64..20, 1u64..8), 1..4).prop_flat_map(|dims| {
+            let shape: Vec<u64> = dims.iter().map(|d| d.0).collect();
+            let chunks: Vec<u64> = dims.iter().map(|d| d.1).collect();
+            let region = shape
+                .iter()
+                .map(|&n| (0..n).prop_flat_map(move |s| (Just(s), 1..=n - s)))
+                .collect::<Vec<_>>()
+                .prop_map(|v| Region {
+                    start: v.iter().map(|x| x.0).collect(),
+                    shape: v.iter().map(|x| x.1).collect(),
+                });
+            (Just(shape), Just(chunks), region)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn overlapping_chunks_match_brute_force((shape, chunks, region) in grid_and_region()) {
+            let g = ChunkGrid::regular(&shape, &chunks).unwrap();
+            let brute: Vec<Vec<u64>> = g
+                .chunk_indices()
+                .into_iter()
+                .filter(|i| g.chunk_region(i).intersect(&region).is_some())
+                .collect();
+            prop_assert_eq!(g.chunks_overlapping(&region), brute);
+        }
+
+        #[test]
+        fn chunks_tile_the_array((shape, chunks, _r) in grid_and_region()) {
+            let g = ChunkGrid::regular(&shape, &chunks).unwrap();
+            let total: u64 = g.chunk_indices().iter().map(|i| g.chunk_region(i).len()).sum();
+            prop_assert_eq!(total, shape.iter().product::<u64>());
+        }
+
+        #[test]
+        fn copy_region_matches_elementwise_copy((shape, chunks, region) in grid_and_region()) {
+            // Copy `region` out of a whole-array buffer into a buffer of its first chunk's
+            // bounding box, and compare element by element.
+            let whole = Region::whole(&shape);
+            let src: Vec<u8> = (0..whole.len()).map(|i| (i % 251) as u8).collect();
+            let g = ChunkGrid::regular(&shape, &chunks).unwrap();
+            let first = g.chunks_overlapping(&region)[0].clone();
+            let dst_region = g.chunk_region(&first);
+            let Some(overlap) = region.intersect(&dst_region) else { return Ok(()) };
+            let mut dst = vec![0u8; dst_region.len() as usize];
+            crate::array::buffer::copy_region(&src, &whole, &mut dst, &dst_region, &overlap, 1);
+            let ws = c_strides(&shape);
+            let ds = c_strides(&dst_region.shape);
+            for idx in indices_in(&overlap.shape) {
+                let abs: Vec<u64> = idx.iter().zip(&overlap.start).map(|(i, s)| i + s).collect();
+                let so: u64 = abs.iter().zip(&ws).map(|(a, s)| a * s).sum();
+                let doff: u64 = abs.iter().zip(&dst_region.start).zip(&ds).map(|((a, s), st)| (a - s) * st).sum();
+                prop_assert_eq!(dst[doff as usize], src[so as usize]);
+            }
+        }
+    }
+}
