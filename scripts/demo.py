@@ -87,7 +87,8 @@ def main() -> int:
     got = zarr.open_array(str(args.dir / "sum.zarr"))[:]
     ref = ((x.astype(np.float64) + 1) * 2).sum(axis=0)
     print(
-        f"    max relative error vs numpy (float64): {np.max(np.abs(got - ref) / np.abs(ref)):.1e}\n"
+        "    max relative error vs numpy (float64): "
+        f"{np.max(np.abs(got - ref) / np.abs(ref)):.1e}\n"
     )
 
     s = chunkfuse(
@@ -103,7 +104,8 @@ def main() -> int:
     got_a = zarr.open_array(str(args.dir / "anomaly.zarr"))
     err = np.max(np.abs(got_a[:] - (x - x.mean(axis=0, dtype=np.float64)).astype(np.float32)))
     print(
-        f"    shards {got_a.shards}, inner chunks {got_a.chunks}; max abs error vs numpy {err:.1e}\n"
+        f"    shards {got_a.shards}, inner chunks {got_a.chunks}; "
+        f"max abs error vs numpy {err:.1e}\n"
     )
 
     s = chunkfuse(

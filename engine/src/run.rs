@@ -148,7 +148,9 @@ fn open_materials(
                 (open_store(&dir.display().to_string(), io_threads)?, spec)
             }
         };
-        let arr = ZarrArray::create(store.clone(), spec).array_ctx(&m.name)?;
+        let arr = ZarrArray::create(store.clone(), spec)
+            .array_ctx(&m.name)?
+            .with_name(&m.name);
         if work_root.is_none() {
             store.erase_prefix("")?;
         }

@@ -126,7 +126,7 @@ enum BenchCommand {
 
 fn exit_code(e: &Error) -> u8 {
     match e.kind {
-        ErrorKind::Plan => 2,
+        ErrorKind::Plan | ErrorKind::Unsupported => 2,
         ErrorKind::Cancelled => 130,
         _ => 1,
     }

@@ -112,6 +112,24 @@ fn fmin(a: f64, b: f64) -> f64 {
     }
 }
 
+/// Complex division as numpy computes it (Smith's method; dividing by zero gives a complex
+/// infinity or NaN, not always NaN).
+fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
+    let (ar, ai, br, bi) = (x.re, x.im, y.re, y.im);
+    if br.abs() >= bi.abs() {
+        if br == 0.0 && bi == 0.0 {
+            return Complex64::new(ar / br.abs(), ai / br.abs());
+        }
+        let rat = bi / br;
+        let scl = 1.0 / (br + bi * rat);
+        Complex64::new((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    } else {
+        let rat = br / bi;
+        let scl = 1.0 / (bi + br * rat);
+        Complex64::new((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+    }
+}
+
 /// numpy orders complex numbers lexicographically (real part first).
 fn clt(a: Complex64, b: Complex64) -> bool {
     a.re < b.re || (a.re == b.re && a.im < b.im)
@@ -297,7 +315,7 @@ fn binary(func: Func, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
             Add => zip2(a, b, o, n, |x, y| x + y),
             Subtract => zip2(a, b, o, n, |x, y| x - y),
             Multiply => zip2(a, b, o, n, |x, y| x * y),
-            Divide => zip2(a, b, o, n, |x: Complex64, y: Complex64| x.fdiv(y)),
+            Divide => zip2(a, b, o, n, complex_div),
             Power => zip2(a, b, o, n, |x: Complex64, y: Complex64| {
                 if y.im == 0.0 && y.re == y.re.trunc() && y.re.abs() <= 64.0 {
                     x.powi(y.re as i32)

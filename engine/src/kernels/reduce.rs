@@ -32,6 +32,8 @@ enum State {
     NanMeanC(Vec<Complex64>, Vec<u64>),
     /// var/std: count, mean, sum of squared deviations.
     Welford(Vec<f64>, Vec<f64>, Vec<f64>),
+    /// var/std of complex values: count, complex mean, sum of squared moduli of deviations.
+    WelfordC(Vec<f64>, Vec<Complex64>, Vec<f64>),
     /// argmin/argmax: best value (as f64, i64 or u64 in `Reg`), its index, and whether seen.
     Arg(Reg, Vec<i64>, Vec<bool>),
 }
@@ -85,6 +87,11 @@ impl Accumulator {
             (Any, Work::B) => State::B(vec![false; len]),
             (All, Work::B) => State::B(vec![true; len]),
             (Var | Std, Work::F) => State::Welford(vec![0.0; len], vec![0.0; len], vec![0.0; len]),
+            (Var | Std, Work::C) => State::WelfordC(
+                vec![0.0; len],
+                vec![Complex64::new(0.0, 0.0); len],
+                vec![0.0; len],
+            ),
             (Argmin | Argmax, w) if w != Work::C => {
                 let reg = match w {
                     Work::I | Work::B => Reg::I(vec![0; len]),
@@ -241,6 +248,15 @@ impl Accumulator {
                     m2[j] += d * (x - mean[j]);
                 }
             }
+            (State::WelfordC(cnt, mean, m2), Reg::C(v)) => {
+                for (k, x) in v[..n].iter().enumerate() {
+                    let j = o + k * at.stride;
+                    cnt[j] += 1.0;
+                    let d = x - mean[j];
+                    mean[j] += d / cnt[j];
+                    m2[j] += (d.conj() * (x - mean[j])).re;
+                }
+            }
             (State::Arg(best, idx, seen), reg) => {
                 let is_max = func == Argmax;
                 macro_rules! arg {
@@ -248,7 +264,8 @@ impl Accumulator {
                         for (k, x) in $v[..n].iter().enumerate() {
                             let j = o + k * at.stride;
                             let i = index.0 + k as i64 * index.1;
-                            if !seen[j] || $better(*x, $b[j]) {
+                            let tie = !$better(*x, $b[j]) && !$better($b[j], *x);
+                            if !seen[j] || $better(*x, $b[j]) || (tie && i < idx[j]) {
                                 $b[j] = *x;
                                 idx[j] = i;
                                 seen[j] = true;
@@ -383,6 +400,19 @@ impl Accumulator {
                     n[j] = total;
                 }
             }
+            (State::WelfordC(n, m, q), State::WelfordC(n2, m2, q2)) => {
+                for j in 0..n.len() {
+                    let (na, nb) = (n[j], n2[j]);
+                    if nb == 0.0 {
+                        continue;
+                    }
+                    let total = na + nb;
+                    let delta = m2[j] - m[j];
+                    m[j] += delta * (nb / total);
+                    q[j] += q2[j] + delta.norm_sqr() * na * nb / total;
+                    n[j] = total;
+                }
+            }
             (State::Arg(best, idx, seen), State::Arg(best2, idx2, seen2)) => {
                 let is_max = func == Argmax;
                 macro_rules! arg_merge {
@@ -447,6 +477,19 @@ impl Accumulator {
             State::NanMeanC(s, c) => {
                 Reg::C(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect())
             }
+            State::WelfordC(n, _, m2) => Reg::F(
+                n.into_iter()
+                    .zip(m2)
+                    .map(|(n, m2)| {
+                        let v = m2 / (n - ddof).max(0.0);
+                        if func == Std {
+                            v.sqrt()
+                        } else {
+                            v
+                        }
+                    })
+                    .collect(),
+            ),
             State::Welford(n, _, m2) => Reg::F(
                 n.into_iter()
                     .zip(m2)

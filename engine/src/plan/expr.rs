@@ -288,12 +288,7 @@ pub fn resolve(func: Func, args: &[Typed]) -> Result<Signature> {
                     func.name()
                 ));
             }
-            let d = if kind == Kind::Bool {
-                DType::I8
-            } else {
-                promoted
-            };
-            sig(d, d)
+            sig(promoted, promoted)
         }
         Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual => sig(promoted, DType::Bool),
         LogicalAnd | LogicalOr | LogicalXor | LogicalNot => sig(DType::Bool, DType::Bool),

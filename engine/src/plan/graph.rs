@@ -250,7 +250,9 @@ impl Graph {
         for a in &plan.arrays {
             let store = open_store(&a.url, io_threads)
                 .map_err(|e| e.with_field(format!("{}.zarr", a.field)))?;
-            let arr = ZarrArray::open(store).map_err(|e| e.with_array(&a.id))?;
+            let arr = ZarrArray::open(store)
+                .map_err(|e| e.with_array(&a.id))?
+                .with_name(&a.id);
             if let Some(shape) = &a.shape {
                 plan_ensure!(
                     *shape == arr.shape(),
@@ -653,27 +655,17 @@ fn reduce(
             });
             (d, d)
         }
-        Var | Std => {
-            if kind == Kind::Complex {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!("{} of complex arrays is not supported yet", func.name()),
-                )
-                .with_field(format!("{field}.func")));
-            }
-            let d = if matches!(kind, Kind::Bool | Kind::Int) {
-                DType::F64
-            } else {
-                t
-            };
-            (d, d)
-        }
+        Var | Std => match kind {
+            Kind::Complex => (t, t.real()),
+            Kind::Bool | Kind::Int => (DType::F64, DType::F64),
+            _ => (t, t),
+        },
         Min | Max | NanMin | NanMax => (t, t),
         Any | All => (DType::Bool, DType::Bool),
         Argmin | Argmax => {
             if kind == Kind::Complex {
                 return Err(Error::new(
-                    ErrorKind::Unsupported,
+                    ErrorKind::Plan,
                     format!("{} of complex arrays is not supported yet", func.name()),
                 )
                 .with_field(format!("{field}.func")));
@@ -683,7 +675,7 @@ fn reduce(
     };
     if matches!(func, Min | Max | NanMin | NanMax) && kind == Kind::Complex {
         return Err(Error::new(
-            ErrorKind::Unsupported,
+            ErrorKind::Plan,
             format!("{} of complex arrays is not supported yet", func.name()),
         )
         .with_field(format!("{field}.func")));

@@ -287,8 +287,19 @@ impl Store for FsStore {
 
     fn erase_prefix(&self, prefix: &str) -> Result<()> {
         if prefix.is_empty() {
-            for key in self.list_prefix("")? {
-                self.erase(&key)?;
+            let entries = match fs::read_dir(&self.root) {
+                Ok(e) => e,
+                Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_error(&self.url, "", e)),
+            };
+            for entry in entries {
+                let path = entry.map_err(|e| io_error(&self.url, "", e))?.path();
+                let r = if path.is_dir() {
+                    fs::remove_dir_all(&path)
+                } else {
+                    fs::remove_file(&path)
+                };
+                r.map_err(|e| io_error(&self.url, &path.display().to_string(), e))?;
             }
             return Ok(());
         }

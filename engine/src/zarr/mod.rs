@@ -27,6 +27,7 @@ use crate::store::Store;
 /// An open Zarr array: its metadata, chunk grid and codecs, and the store holding its chunks.
 pub struct ZarrArray {
     url: String,
+    name: String,
     store: Arc<dyn Store>,
     meta: Array<MemoryStore>,
     dtype: DType,
@@ -127,6 +128,7 @@ impl ZarrArray {
         let fill = meta.fill_value().as_ne_bytes().to_vec();
         let info = metadata::describe(&meta, &raw, dtype);
         Ok(ZarrArray {
+            name: url.clone(),
             url,
             store,
             meta,
@@ -141,6 +143,17 @@ impl ZarrArray {
     /// The store URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The name errors give the array (the plan id; the URL until one is set).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Names the array for error messages.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// The store.
@@ -216,6 +229,7 @@ impl ZarrArray {
             })
             .map_err(|e| {
                 Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {e}"))
+                    .with_array(&self.name)
                     .with_chunk_key(&key)
                     .with_store(&self.url)
             })?;
@@ -289,6 +303,7 @@ impl ZarrArray {
             )
             .map_err(|e| {
                 Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))
+                    .with_array(&self.name)
                     .with_chunk_key(self.chunk_key(idx))
                     .with_store(&self.url)
             })?;

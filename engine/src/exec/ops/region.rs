@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use crate::array::buffer::copy_region;
 use crate::array::grid::c_strides;
 use crate::array::{Buffer, Region};
-use crate::error::{Result, ResultExt};
+use crate::error::Result;
 use crate::exec::task::{ReadOp, TaskContext};
 use crate::kernels::LeafInput;
 use crate::optimize::fuse::Fused;
@@ -181,7 +181,7 @@ impl Assembler {
             .zip(pairs.par_iter())
             .map(|(bytes, (l, idx))| {
                 let arr = &arrays[self.read.leaves[*l].mat];
-                arr.decode_chunk(idx, bytes).array_ctx(arr.url())
+                arr.decode_chunk(idx, bytes)
             })
             .collect();
         for (buf, (l, idx)) in decoded.into_iter().zip(pairs) {

@@ -1,0 +1,663 @@
+"""chunkfuse against its peers on one ERA5-like array, in one run.
+
+    python bench/run.py [--time 256] [--data DIR] [--out DIR] [--repeat 3] [--threads N]
+                        [--max-mem 1GB] [--quick]
+
+Makes (or reuses) a float32 (time, 721, 1440) array with scripts/make_era5.py (zstd level 3,
+one chunk per step), warms the page cache, then times, best of --repeat:
+
+  sum      chunkfuse run plans/era5-sum.json  vs  Dask (threads) ((x + 1) * 2).sum(axis=0)
+           vs numpy + zarr-python reading everything (all write the result to Zarr v3, zstd 3)
+  decode   chunkfuse bench decode (the read/decode floor)  vs  zarr-python and Dask reading all
+  rechunk  chunkfuse rechunk to (256, 73, 144), zstd 3, --max-mem  vs  Dask rechunk + store
+           (zstd 3), plus the codec floor `chunkfuse bench codec`
+and tensorstore / cubed where importable. Every measurement is its own child process; its peak
+RSS is that child's ru_maxrss (os.wait4, through scripts/rss_exec.py). Results are
+cross-checked between tools.
+
+Writes RESULTS.md and results.png (if matplotlib is importable) to --out (default bench/; with
+--quick a temporary directory). --quick is a smoke run (T=4, 73 x 144, one repeat) that fails
+(exit 1) if any measurement fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+PEERS = BENCH / "peers.py"
+MAKE_ERA5 = REPO / "scripts" / "make_era5.py"
+RSS_EXEC = REPO / "scripts" / "rss_exec.py"
+SUM_PLAN = REPO / "plans" / "era5-sum.json"
+RECHUNK_TARGET = (256, 73, 144)
+CODEC = "zstd:3"
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_rss: int  # bytes
+    wall: float
+
+
+def run_child(argv: list[str], timeout: float = 3600.0) -> Proc:
+    """Run one child under scripts/rss_exec.py: peak RSS is ru_maxrss of exactly that command
+    (os.wait4 in a tiny launcher; measured from this process, a child's ru_maxrss would start at
+    this driver's own RSS)."""
+    fd, report = tempfile.mkstemp(suffix=".json", prefix="rss-")
+    os.close(fd)
+    command = [sys.executable, "-S", str(RSS_EXEC), report, *argv]
+    try:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                returncode = proc.wait()
+            wall = time.perf_counter() - start
+            measured = json.loads(Path(report).read_text() or "{}")
+            out.seek(0)
+            err.seek(0)
+            return Proc(
+                argv,
+                int(measured.get("returncode", returncode)),
+                out.read().decode(errors="replace"),
+                err.read().decode(errors="replace"),
+                int(measured.get("maxrss_kib", 0)) * 1024,
+                wall,
+            )
+    finally:
+        Path(report).unlink(missing_ok=True)
+
+
+@dataclass
+class Row:
+    op: str
+    tool: str
+    command: str
+    seconds: float | None = None
+    wall: float | None = None
+    peak_rss: int | None = None
+    nbytes: int = 0
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gbps(self) -> float | None:
+        return self.nbytes / self.seconds / 1e9 if self.seconds else None
+
+
+def measure(
+    op: str,
+    tool: str,
+    argv: list[str],
+    nbytes: int,
+    repeat: int,
+    cleanup: Path | None,
+    seconds_key: str | None = "seconds",
+) -> Row:
+    """Best of ``repeat`` runs. ``seconds_key``: field of the child's JSON with its own timing
+    (None: use wall time)."""
+    row = Row(op, tool, shlex.join(argv), nbytes=nbytes)
+    for _ in range(repeat):
+        if cleanup is not None and cleanup.exists():
+            shutil.rmtree(cleanup)
+        proc = run_child(argv)
+        if proc.returncode != 0:
+            row.note = f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+            print(f"  {tool} {op}: {row.note}", file=sys.stderr)
+            return row
+        try:
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            row.note = f"no JSON on stdout: {proc.stdout[-200:]!r}"
+            return row
+        seconds = float(out[seconds_key]) if seconds_key else proc.wall
+        if row.seconds is None or seconds < row.seconds:
+            row.seconds, row.wall, row.extra = seconds, proc.wall, out
+        row.peak_rss = max(row.peak_rss or 0, proc.peak_rss)
+        print(
+            f"  {tool:<12} {op:<8} {seconds:8.3f} s  wall {proc.wall:7.3f} s  "
+            f"peak RSS {proc.peak_rss / 2**20:8.1f} MiB",
+            file=sys.stderr,
+        )
+    return row
+
+
+# --------------------------------------------------------------------------------------------
+# Data and machine
+# --------------------------------------------------------------------------------------------
+
+
+def ensure_data(data_dir: Path, ntime: int, nlat: int, nlon: int) -> tuple[Path, dict[str, Any]]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / f"era5-t{ntime}-{nlat}x{nlon}-zstd3.zarr"
+    marker = path.with_suffix(".ok.json")
+    if path.exists() and marker.exists():
+        print(f"reusing {path}", file=sys.stderr)
+        return path, json.loads(marker.read_text())
+    print(f"writing {path} ...", file=sys.stderr)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(MAKE_ERA5),
+            str(path),
+            "--time",
+            str(ntime),
+            "--lat",
+            str(nlat),
+            "--lon",
+            str(nlon),
+            "--level",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"make_era5.py failed:\n{proc.stderr}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    marker.write_text(json.dumps(summary))
+    return path, summary
+
+
+def warm_page_cache(path: Path) -> None:
+    for p in path.rglob("*"):
+        if p.is_file():
+            with p.open("rb") as f:
+                while f.read(1 << 22):
+                    pass
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "unknown"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return {
+        "nproc": str(os.cpu_count()),
+        "cpu": cpu,
+        "memory": mem,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
+def versions(binary: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    out["chunkfuse"] = proc.stdout.strip() or "unknown"
+    for name in ("numpy", "zarr", "dask", "tensorstore", "cubed"):
+        if importlib.util.find_spec(name) is None:
+            out[name] = "not installed"
+            continue
+        try:
+            module = __import__(name)
+            out[name] = str(getattr(module, "__version__", "?"))
+        except Exception as exc:  # noqa: BLE001 - a broken peer must not stop the benchmark
+            out[name] = f"import failed: {exc}"
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Cross-checks
+# --------------------------------------------------------------------------------------------
+
+
+def read_array(path: Path) -> np.ndarray:
+    import zarr
+
+    return np.asarray(zarr.open_array(str(path), mode="r")[...])
+
+
+def check_sum(outputs: dict[str, Path], source: Path) -> dict[str, str]:
+    """Compare each tool's sum with chunkfuse's (rtol 1e-5 of the float64 magnitude)."""
+    import zarr
+
+    z = zarr.open_array(str(source), mode="r")
+    magnitude = np.zeros(z.shape[1:], dtype=np.float64)
+    for t in range(0, z.shape[0], 8):
+        magnitude += np.abs((z[t : t + 8].astype(np.float64) + 1) * 2).sum(axis=0)
+    status: dict[str, str] = {}
+    reference = None
+    for tool, path in outputs.items():
+        if not path.exists():
+            status[tool] = "no output"
+            continue
+        value = read_array(path).astype(np.float64)
+        if reference is None:
+            reference = value
+        ok = value.shape == reference.shape and bool(
+            np.all(np.abs(value - reference) <= 2e-5 * magnitude)
+        )
+        status[tool] = "ok" if ok else "MISMATCH"
+    return status
+
+
+def check_rechunk(outputs: dict[str, Path], source: Path) -> dict[str, str]:
+    """Every tool's rechunked copy equals the source exactly."""
+    import zarr
+
+    src = zarr.open_array(str(source), mode="r")
+    status: dict[str, str] = {}
+    step = RECHUNK_TARGET[1]
+    for tool, path in outputs.items():
+        if not path.exists():
+            status[tool] = "no output"
+            continue
+        out = zarr.open_array(str(path), mode="r")
+        ok = out.shape == src.shape
+        for i in range(0, src.shape[1], step):
+            if not ok:
+                break
+            ok = np.array_equal(out[:, i : i + step], src[:, i : i + step])
+        status[tool] = "ok" if ok else "MISMATCH"
+    return status
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def table(rows: list[Row], checks: dict[tuple[str, str], str]) -> list[str]:
+    lines = [
+        "| op | tool | seconds | GB/s | wall s | peak RSS (MiB) | ratio vs chunkfuse | check "
+        "| note |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    base: dict[str, float] = {}
+    for r in rows:
+        if r.tool == "chunkfuse" and r.seconds:
+            base[r.op] = r.seconds
+    for r in rows:
+        ratio = r.seconds / base[r.op] if r.seconds and r.op in base else None
+        rss = r.peak_rss / 2**20 if r.peak_rss else None
+        lines.append(
+            f"| {r.op} | {r.tool} | {fmt(r.seconds, '.3f')} | {fmt(r.gbps, '.2f')} | "
+            f"{fmt(r.wall, '.2f')} | {fmt(rss, '.0f')} | {fmt(ratio, '.2f')} | "
+            f"{checks.get((r.op, r.tool), '')} | {r.note} |"
+        )
+    return lines
+
+
+def plot(rows: list[Row], out: Path) -> str:
+    if importlib.util.find_spec("matplotlib") is None:
+        return "results.png not written: matplotlib is not installed (the script installs nothing)."
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = list(dict.fromkeys(r.op for r in rows))
+    fig, axes = plt.subplots(1, len(ops), figsize=(4 * len(ops), 3.5), squeeze=False)
+    for ax, op in zip(axes[0], ops, strict=True):
+        sel = [r for r in rows if r.op == op and r.seconds]
+        ax.barh(
+            [r.tool for r in sel],
+            [r.seconds or 0.0 for r in sel],
+            color=["tab:orange" if r.tool.startswith("chunkfuse") else "tab:blue" for r in sel],
+        )
+        ax.set_title(op)
+        ax.set_xlabel("seconds (best of repeats; lower is better)")
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out / "results.png", dpi=120)
+    return "![results](results.png)"
+
+
+def write_report(
+    out: Path,
+    rows: list[Row],
+    checks: dict[tuple[str, str], str],
+    args: argparse.Namespace,
+    data: dict[str, Any],
+    binary: Path,
+    started: dt.datetime,
+) -> Path:
+    info = machine()
+    vers = versions(binary)
+    lines = [
+        "# chunkfuse benchmark results",
+        "",
+        f"Command: `{shlex.join([Path(sys.executable).name, *sys.argv])}`  ",
+        f"Date: {started.strftime('%Y-%m-%d %H:%M:%S %Z')}  ",
+        (
+            f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']} RAM, {info['os']}, "
+            f"Python {info['python']}  "
+        ),
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()),
+        "",
+        (
+            f"Data: `{data['path']}`: float32 {tuple(data['shape'])}, "
+            f"chunks {tuple(data['chunks'])}, {data['codec']}, "
+            f"{data['nbytes'] / 1e6:.1f} MB decoded, {data['stored_bytes'] / 1e6:.1f} MB stored "
+            f"(ratio {data['compression_ratio']}). Page cache warm."
+        ),
+        "",
+        (
+            f"Threads: {args.threads}; --max-mem {args.max_mem} for chunkfuse (and cubed's "
+            f"allowed_mem); best of {args.repeat}. `seconds` is each tool's own timing of the "
+            "work (chunkfuse's `--json` seconds; peers time from after imports and open to the "
+            "result written); `wall s` is the whole child process, start-up and imports "
+            "included. GB/s = decoded input bytes / seconds. Ratio = seconds / chunkfuse seconds "
+            "for the same op (above 1: slower than chunkfuse; the floors show how close "
+            "chunkfuse gets to decode/encode alone)."
+        ),
+        "",
+        *table(rows, checks),
+        "",
+        plot(rows, out),
+        "",
+    ]
+    missing = [k for k in ("tensorstore", "cubed") if vers.get(k) == "not installed"]
+    if missing:
+        lines.append("Peers not installed (rows omitted): " + ", ".join(missing) + ".")
+        lines.append("")
+    path = out / "RESULTS.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time", type=int, default=256)
+    parser.add_argument("--lat", type=int, default=721)
+    parser.add_argument("--lon", type=int, default=1440)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=BENCH / "data",
+        help="where the input array is made or reused (default: bench/data, git-ignored)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where RESULTS.md / results.png go (default bench/; --quick: a temp dir)",
+    )
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--max-mem", default="1GB")
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (T=4, 73 x 144)")
+    parser.add_argument("--skip", default="", help="comma-separated tools to skip, e.g. numpy,dask")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.time, args.lat, args.lon, args.repeat = 4, 73, 144, 1
+    started = dt.datetime.now(dt.UTC)
+    out = args.out or (
+        Path(tempfile.mkdtemp(prefix="chunkfuse-bench-quick-")) if args.quick else BENCH
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    skip = {s for s in args.skip.split(",") if s}
+
+    binary = Path(os.environ.get("CHUNKFUSE_BIN", REPO / "target" / "release" / "chunkfuse"))
+    if not binary.is_file():
+        print(f"chunkfuse binary not found at {binary} (cargo build --release)", file=sys.stderr)
+        return 1
+    source, data = ensure_data(args.data, args.time, args.lat, args.lon)
+    warm_page_cache(source)
+    nbytes = int(data["nbytes"])
+    threads = str(args.threads)
+    py = sys.executable
+    work = Path(tempfile.mkdtemp(prefix="chunkfuse-bench-work-"))
+    target_chunks = (
+        min(RECHUNK_TARGET[0], args.time),
+        min(RECHUNK_TARGET[1], args.lat),
+        min(RECHUNK_TARGET[2], args.lon),
+    )
+    chunks_arg = ",".join(map(str, target_chunks))
+    peers = [
+        t
+        for t in ("dask", "numpy", "tensorstore", "cubed")
+        if t not in skip and importlib.util.find_spec(t) is not None
+    ]
+    rows: list[Row] = []
+    checks: dict[tuple[str, str], str] = {}
+    try:
+        # (a) sum ------------------------------------------------------------------------
+        print("sum:", file=sys.stderr)
+        sum_out: dict[str, Path] = {}
+        if SUM_PLAN.exists():
+            dst = work / "sum-chunkfuse.zarr"
+            rows.append(
+                measure(
+                    "sum",
+                    "chunkfuse",
+                    [
+                        str(binary),
+                        "run",
+                        str(SUM_PLAN),
+                        "--param",
+                        f"source={source}",
+                        "--param",
+                        f"target={dst}",
+                        "--threads",
+                        threads,
+                        "--max-mem",
+                        args.max_mem,
+                        "--json",
+                    ],
+                    nbytes,
+                    args.repeat,
+                    dst,
+                )
+            )
+            sum_out["chunkfuse"] = dst
+        else:
+            rows.append(Row("sum", "chunkfuse", "", note=f"{SUM_PLAN} missing"))
+        for tool in peers:
+            dst = work / f"sum-{tool}.zarr"
+            rows.append(
+                measure(
+                    "sum",
+                    tool,
+                    [
+                        py,
+                        str(PEERS),
+                        tool,
+                        "sum",
+                        str(source),
+                        str(dst),
+                        "--threads",
+                        threads,
+                        "--max-mem",
+                        args.max_mem,
+                    ],
+                    nbytes,
+                    args.repeat,
+                    dst,
+                )
+            )
+            sum_out[tool] = dst
+        for tool, status in check_sum(sum_out, source).items():
+            checks[("sum", tool)] = status
+
+        # (b) decode floor -----------------------------------------------------------------
+        print("decode:", file=sys.stderr)
+        rows.append(
+            measure(
+                "decode",
+                "chunkfuse",
+                [str(binary), "bench", "decode", str(source), "--threads", threads, "--json"],
+                nbytes,
+                args.repeat,
+                None,
+            )
+        )
+        for tool in peers:
+            if tool in ("numpy", "dask", "tensorstore"):
+                label = "zarr-python" if tool == "numpy" else tool
+                rows.append(
+                    measure(
+                        "decode",
+                        label,
+                        [
+                            py,
+                            str(PEERS),
+                            tool,
+                            "read",
+                            str(source),
+                            str(work / "unused"),
+                            "--threads",
+                            threads,
+                        ],
+                        nbytes,
+                        args.repeat,
+                        None,
+                    )
+                )
+
+        # (c) rechunk ----------------------------------------------------------------------
+        print("rechunk:", file=sys.stderr)
+        rechunk_out: dict[str, Path] = {}
+        dst = work / "rechunk-chunkfuse.zarr"
+        rows.append(
+            measure(
+                "rechunk",
+                "chunkfuse",
+                [
+                    str(binary),
+                    "rechunk",
+                    str(source),
+                    str(dst),
+                    "--chunks",
+                    chunks_arg,
+                    "--codec",
+                    CODEC,
+                    "--max-mem",
+                    args.max_mem,
+                    "--threads",
+                    threads,
+                    "--json",
+                ],
+                nbytes,
+                args.repeat,
+                dst,
+            )
+        )
+        rechunk_out["chunkfuse"] = dst
+        rows.append(
+            measure(
+                "rechunk",
+                "chunkfuse codec floor",
+                [
+                    str(binary),
+                    "bench",
+                    "codec",
+                    str(source),
+                    "--chunks",
+                    chunks_arg,
+                    "--codec",
+                    CODEC,
+                    "--threads",
+                    threads,
+                    "--json",
+                ],
+                nbytes,
+                args.repeat,
+                None,
+            )
+        )
+        for tool in peers:
+            if tool == "numpy":
+                continue  # reading 1 GB and writing it back is not a rechunking strategy
+            dst = work / f"rechunk-{tool}.zarr"
+            rows.append(
+                measure(
+                    "rechunk",
+                    tool,
+                    [
+                        py,
+                        str(PEERS),
+                        tool,
+                        "rechunk",
+                        str(source),
+                        str(dst),
+                        "--chunks",
+                        chunks_arg,
+                        "--threads",
+                        threads,
+                        "--max-mem",
+                        args.max_mem,
+                    ],
+                    nbytes,
+                    args.repeat,
+                    dst,
+                )
+            )
+            rechunk_out[tool] = dst
+        for tool, status in check_rechunk(rechunk_out, source).items():
+            checks[("rechunk", tool)] = status
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    report = write_report(out, rows, checks, args, data, binary, started)
+    print(report.read_text())
+    print(f"wrote {report}", file=sys.stderr)
+    failed = [r for r in rows if r.seconds is None] + [
+        r for r in rows if checks.get((r.op, r.tool)) == "MISMATCH"
+    ]
+    chunkfuse_failed = [r for r in failed if r.tool.startswith("chunkfuse")]
+    if chunkfuse_failed or (args.quick and failed):
+        for r in failed:
+            print(
+                f"FAILED: {r.op} {r.tool}: {r.note or checks.get((r.op, r.tool))}", file=sys.stderr
+            )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

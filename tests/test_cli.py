@@ -1,0 +1,247 @@
+"""The CLI contract: `info`, `rechunk`, `bench decode`, `bench codec`, the `run --json` summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from conftest import (
+    Cli,
+    assert_same_array,
+    check_summary,
+    list_files,
+    open_zarr,
+    read_zarr,
+    write_v2,
+    write_v3,
+)
+
+RunPlan = Callable[..., dict[str, Any]]
+
+INFO_KEYS = (
+    "zarr_format",
+    "shape",
+    "dtype",
+    "chunks",
+    "shards",
+    "codecs",
+    "fill_value",
+    "stored_bytes",
+    "nbytes",
+    "compression_ratio",
+)
+
+
+def smooth(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
+    grid = np.indices(shape).sum(axis=0).astype(np.float64)
+    return (np.sin(grid / 7.0) * 100).astype(dtype)
+
+
+def chunk_bytes(path: Path) -> int:
+    """Bytes of stored chunk objects (everything but metadata)."""
+    meta = {"zarr.json", ".zarray", ".zattrs", ".zgroup"}
+    return sum(p.stat().st_size for p in list_files(path) if p.name not in meta)
+
+
+def check_info(info: dict[str, Any], path: Path, data: np.ndarray) -> None:
+    for key in INFO_KEYS:
+        assert key in info, f"info --json lacks {key!r}: {info}"
+    assert list(info["shape"]) == list(data.shape)
+    assert np.dtype(info["dtype"]) == data.dtype, info["dtype"]
+    assert info["nbytes"] == data.nbytes
+    assert isinstance(info["codecs"], list)
+    total = sum(p.stat().st_size for p in list_files(path))
+    assert chunk_bytes(path) <= info["stored_bytes"] <= total, (info["stored_bytes"], total)
+    assert info["compression_ratio"] == pytest.approx(
+        info["nbytes"] / info["stored_bytes"], rel=1e-2
+    )
+
+
+def test_info_v3(cli: Cli, tmp_path: Path) -> None:
+    data = smooth((20, 30, 16))
+    path = tmp_path / "v3.zarr"
+    write_v3(path, data, (5, 10, 16), codec="zstd", fill_value=0.0)
+    info = cli("info", path, "--json").json()
+    check_info(info, path, data)
+    assert info["zarr_format"] == 3
+    assert list(info["chunks"]) == [5, 10, 16]
+    assert info["shards"] is None
+    assert "zstd" in json.dumps(info["codecs"]).lower()
+    assert info["fill_value"] == 0
+    assert info["compression_ratio"] > 1.0
+    text = cli("info", path).stdout
+    for needle in ("20", "30", "16", "float32", "zstd"):
+        assert needle in text, f"`chunkfuse info` (text) lacks {needle!r}:\n{text}"
+
+
+def test_info_v3_sharded(cli: Cli, tmp_path: Path) -> None:
+    data = smooth((16, 16), "int32")
+    path = tmp_path / "sharded.zarr"
+    write_v3(path, data, (4, 4), shards=(8, 16), codec="zstd")
+    info = cli("info", path, "--json").json()
+    check_info(info, path, data)
+    assert list(info["chunks"]) == [4, 4]
+    assert list(info["shards"]) == [8, 16]
+
+
+def test_info_v2(cli: Cli, tmp_path: Path) -> None:
+    data = smooth((12, 9), "float64")
+    path = tmp_path / "v2.zarr"
+    write_v2(path, data, (5, 9), compressor="blosc", order="F", fill_value=-1.0)
+    info = cli("info", path, "--json").json()
+    check_info(info, path, data)
+    assert info["zarr_format"] == 2
+    assert list(info["chunks"]) == [5, 9]
+    assert info["shards"] is None
+    assert "blosc" in json.dumps(info["codecs"]).lower()
+    assert info["fill_value"] == -1
+
+
+RECHUNK_CASES: list[tuple[list[str], dict[str, Any]]] = [
+    ([], {"codec": "zstd", "level": 3}),
+    (["--codec", "zstd:1"], {"codec": "zstd", "level": 1}),
+    (["--codec", "blosc:lz4:5"], {"codec": "blosc"}),
+    (["--codec", "none"], {"codec": None}),
+    (["--shards", "20,14,18"], {"codec": "zstd", "level": 3, "shards": (20, 14, 18)}),
+    (["--threads", "1", "--max-mem", "8MB"], {"codec": "zstd", "level": 3}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(RECHUNK_CASES)))
+def test_rechunk_cli(cli: Cli, tmp_path: Path, case: int) -> None:
+    args, want = RECHUNK_CASES[case]
+    data = smooth((20, 30, 40))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (1, 30, 40))
+    target = tmp_path / "out.zarr"
+    result = cli("rechunk", src, target, "--chunks", "20,7,9", *args, "--json")
+    summary = result.json()
+    check_summary(summary)
+    assert summary["bytes_written"] > 0 and summary["decoded_bytes"] >= data.nbytes
+    out = open_zarr(target)
+    assert out.metadata.zarr_format == 3
+    assert tuple(out.chunks) == (20, 7, 9)
+    if "shards" in want:
+        assert out.shards == want["shards"]
+    meta = json.loads((target / "zarr.json").read_text())
+    text = json.dumps(meta["codecs"])
+    if want["codec"] is None:
+        assert "zstd" not in text and "blosc" not in text and "gzip" not in text, text
+    else:
+        assert want["codec"] in text, text
+        if "level" in want:
+            assert f'"level": {want["level"]}' in text, text
+    assert_same_array(read_zarr(target), data)
+
+
+def test_rechunk_cli_from_v2_and_sharded(cli: Cli, tmp_path: Path) -> None:
+    data = smooth((10, 12, 14), "int16")
+    v2 = tmp_path / "v2.zarr"
+    write_v2(v2, data, (3, 12, 5), compressor="blosc", order="F")
+    sharded = tmp_path / "sharded.zarr"
+    cli("rechunk", v2, sharded, "--chunks", "5,4,7", "--shards", "10,12,14", "--json")
+    assert open_zarr(sharded).shards == (10, 12, 14)
+    back = tmp_path / "back.zarr"
+    cli("rechunk", sharded, back, "--chunks", "1,12,14", "--json")
+    assert_same_array(read_zarr(back), data)
+
+
+def test_run_summary(run_plan: RunPlan, tmp_path: Path) -> None:
+    data = smooth((8, 10, 12))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (2, 5, 12))
+    target = tmp_path / "out.zarr"
+    plan = {
+        "name": "summary-check",
+        "arrays": [{"id": "x", "zarr": str(src)}],
+        "ops": [
+            {
+                "id": "y",
+                "op": "elementwise",
+                "inputs": ["x"],
+                "expr": {"op": "multiply", "args": [{"input": 0}, {"const": 3}]},
+            },
+            {"id": "out", "op": "write", "input": "y", "target": str(target)},
+        ],
+    }
+    summary = run_plan(plan, {}, max_mem="64MB", threads=2)
+    assert summary["plan"], summary
+    assert summary["max_mem"] in (64 * 10**6, 64 * 1024**2), summary["max_mem"]
+    assert summary["tasks"] >= 1
+    assert summary["bytes_read"] > 0
+    assert summary["decoded_bytes"] >= data.nbytes
+    assert summary["bytes_written"] > 0
+    assert summary["peak_rss"] > 0
+    assert any(str(target) in o for o in summary["outputs"]), summary["outputs"]
+    assert_same_array(read_zarr(target), data * 3)
+
+
+def test_run_twice_same_result_any_threads(run_plan: RunPlan, tmp_path: Path) -> None:
+    data = smooth((6, 50, 7), "float64")
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (4, 9, 7))
+    outs = []
+    for threads in (1, 2):
+        target = tmp_path / f"out{threads}.zarr"
+        plan = {
+            "arrays": [{"id": "x", "zarr": str(src)}],
+            "ops": [
+                {"id": "m", "op": "reduce", "input": "x", "func": "mean", "axes": [1]},
+                {"id": "out", "op": "write", "input": "m", "target": str(target)},
+            ],
+        }
+        run_plan(plan, {}, threads=threads)
+        outs.append(read_zarr(target))
+    np.testing.assert_allclose(outs[0], data.mean(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(outs[1], data.mean(axis=1), rtol=1e-12)
+
+
+def test_bench_decode(cli: Cli, tmp_path: Path) -> None:
+    data = smooth((16, 32, 32))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (4, 32, 32))
+    out = cli("bench", "decode", src, "--threads", "2", "--json").json()
+    assert {"seconds", "decoded_bytes"} <= set(out), out
+    assert out["decoded_bytes"] == data.nbytes
+    assert out["seconds"] >= 0
+
+
+def test_bench_codec(cli: Cli, tmp_path: Path) -> None:
+    data = smooth((16, 32, 32))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (4, 32, 32))
+    before = list_files(tmp_path)
+    out = cli("bench", "codec", src, "--chunks", "16,8,8", "--codec", "zstd:3", "--json").json()
+    assert {"seconds", "decode_seconds", "encode_seconds"} <= set(out), out
+    assert all(out[k] >= 0 for k in ("seconds", "decode_seconds", "encode_seconds"))
+    assert list_files(tmp_path) == before, "bench codec must not write anything"
+
+
+def test_output_readable_while_source_is_v2_group_sibling(
+    run_plan: RunPlan, tmp_path: Path
+) -> None:
+    """Writing next to the source inside one directory leaves the source untouched."""
+    data = smooth((5, 6), "uint8")
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
+    arr = group.create_array(name="a", shape=data.shape, dtype=data.dtype, chunks=(2, 3))
+    arr[...] = data
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(tmp_path / "g.zarr" / "a")}],
+        "ops": [
+            {
+                "id": "y",
+                "op": "elementwise",
+                "inputs": ["x"],
+                "expr": {"op": "add", "args": [{"input": 0}, {"const": 1}]},
+            },
+            {"id": "out", "op": "write", "input": "y", "target": str(tmp_path / "g.zarr" / "b")},
+        ],
+    }
+    run_plan(plan, {})
+    assert_same_array(read_zarr(tmp_path / "g.zarr" / "b"), data + 1)
+    assert_same_array(read_zarr(tmp_path / "g.zarr" / "a"), data)

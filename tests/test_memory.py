@@ -1,0 +1,173 @@
+"""Bounded memory: peak RSS of the chunkfuse child process stays under --max-mem plus a baseline.
+
+The input (~200 MiB float32, zstd level 1, 2 MiB chunks) is several times ``--max-mem`` (48MB).
+Peak RSS is ``ru_maxrss`` of exactly the chunkfuse process (``os.wait4`` in
+scripts/rss_exec.py, a tiny launcher: measured straight from pytest, a child's ru_maxrss would
+start at pytest's own RSS). The bound is
+
+    peak_rss  <  max_mem (as the CLI reports it)  +  baseline  +  MARGIN
+
+where baseline is the peak RSS of ``chunkfuse info`` on the same store (binary, allocator and
+runtime start-up, thread stacks, metadata) and MARGIN (32 MiB) covers what the budget does not
+count: allocator fragmentation and per-thread arenas, codec contexts, the IO layer's buffers.
+Results are checked too, so a run cannot stay small by skipping work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+import zarr.codecs
+from conftest import Cli, check_summary, open_zarr
+
+RunPlan = Callable[..., dict[str, Any]]
+
+MIB = 1024 * 1024
+MARGIN = 32 * MIB
+MAX_MEM = "48MB"
+SHAPE = (50, 1024, 1024)  # 200 MiB of float32
+CHUNKS = (1, 512, 1024)  # 2 MiB
+SLAB = 5  # time steps generated / verified at a time
+
+
+def slab_values(t0: int, t1: int) -> np.ndarray:
+    rng = np.random.default_rng([7, t0])
+    base = np.linspace(-3.0, 3.0, SHAPE[2], dtype=np.float32)[None, None, :]
+    noise = rng.standard_normal((t1 - t0, SHAPE[1], SHAPE[2]), dtype=np.float32)
+    return base + noise
+
+
+@pytest.fixture(scope="module")
+def big_source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("memory") / "big.zarr"
+    arr = zarr.create_array(
+        store=str(path),
+        shape=SHAPE,
+        chunks=CHUNKS,
+        dtype="float32",
+        compressors=[zarr.codecs.ZstdCodec(level=1)],
+        zarr_format=3,
+    )
+    for t0 in range(0, SHAPE[0], SLAB):
+        arr[t0 : t0 + SLAB] = slab_values(t0, t0 + SLAB)
+    yield path
+
+
+@pytest.fixture(scope="module")
+def baseline_rss(cli: Cli, big_source: Path) -> int:
+    """Peak RSS of `chunkfuse info` on the same store (best of 2)."""
+    return min(cli("info", big_source, "--json", measure_rss=True).peak_rss for _ in range(2))
+
+
+def bound(summary: dict[str, Any], baseline: int) -> int:
+    max_mem = int(summary["max_mem"])
+    assert 40 * 10**6 <= max_mem <= 48 * MIB, f"--max-mem {MAX_MEM} reported as {max_mem}"
+    return max_mem + baseline + MARGIN
+
+
+def report(label: str, peak: int, limit: int, baseline: int) -> str:
+    return (
+        f"{label}: peak RSS {peak / MIB:.1f} MiB, limit {limit / MIB:.1f} MiB "
+        f"(max_mem + baseline {baseline / MIB:.1f} MiB + margin {MARGIN / MIB:.0f} MiB)"
+    )
+
+
+def test_sum_reduction_bounded(
+    cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path
+) -> None:
+    target = tmp_path / "sum.zarr"
+    plan = {
+        "name": "memory-sum",
+        "arrays": [{"id": "x", "zarr": str(big_source)}],
+        "ops": [
+            {
+                "id": "y",
+                "op": "elementwise",
+                "inputs": ["x"],
+                "expr": {"op": "multiply", "args": [{"input": 0}, {"const": 2}]},
+            },
+            {"id": "s", "op": "reduce", "input": "y", "func": "sum", "axes": [0]},
+            {"id": "out", "op": "write", "input": "s", "target": str(target)},
+        ],
+    }
+    result = cli("run", cli.write_plan(plan), "--max-mem", MAX_MEM, "--json", measure_rss=True)
+    summary = result.json()
+    check_summary(summary)
+    limit = bound(summary, baseline_rss)
+    print(report("sum", result.peak_rss, limit, baseline_rss))
+    assert result.peak_rss < limit, report("sum", result.peak_rss, limit, baseline_rss)
+    assert summary["decoded_bytes"] >= np.prod(SHAPE) * 4
+
+    expected = np.zeros(SHAPE[1:], dtype=np.float64)
+    magnitude = np.zeros(SHAPE[1:], dtype=np.float64)
+    for t0 in range(0, SHAPE[0], SLAB):
+        y = slab_values(t0, t0 + SLAB).astype(np.float64) * 2
+        expected += y.sum(axis=0)
+        magnitude += np.abs(y).sum(axis=0)
+    out = np.asarray(open_zarr(target)[...])
+    assert out.dtype == np.float32 and out.shape == SHAPE[1:]
+    assert np.all(np.abs(out - expected) <= 1e-5 * magnitude + 1e-6)
+
+
+@pytest.mark.parametrize("target_chunks", [(50, 64, 64), (10, 1024, 32)])
+def test_rechunk_bounded(
+    cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path, target_chunks: tuple[int, ...]
+) -> None:
+    target = tmp_path / "rechunked.zarr"
+    result = cli(
+        "rechunk",
+        big_source,
+        target,
+        "--chunks",
+        ",".join(map(str, target_chunks)),
+        "--max-mem",
+        MAX_MEM,
+        "--codec",
+        "zstd:1",
+        "--json",
+        measure_rss=True,
+    )
+    summary = result.json()
+    check_summary(summary)
+    limit = bound(summary, baseline_rss)
+    print(report(f"rechunk {target_chunks}", result.peak_rss, limit, baseline_rss))
+    assert result.peak_rss < limit, report("rechunk", result.peak_rss, limit, baseline_rss)
+
+    out = open_zarr(target)
+    assert out.shape == SHAPE and tuple(out.chunks) == target_chunks
+    for t0 in range(0, SHAPE[0], SLAB):
+        np.testing.assert_array_equal(out[t0 : t0 + SLAB], slab_values(t0, t0 + SLAB))
+
+
+def test_rechunk_plan_op_bounded(
+    cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path
+) -> None:
+    """The `rechunk` op inside a plan, followed by an elementwise op, under the same budget."""
+    target = tmp_path / "plan-rechunked.zarr"
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(big_source)}],
+        "ops": [
+            {"id": "r", "op": "rechunk", "input": "x", "chunks": [-1, 32, 128]},
+            {
+                "id": "y",
+                "op": "elementwise",
+                "inputs": ["r"],
+                "expr": {"op": "negative", "args": [{"input": 0}]},
+            },
+            {"id": "out", "op": "write", "input": "y", "target": str(target)},
+        ],
+    }
+    result = cli("run", cli.write_plan(plan), "--max-mem", MAX_MEM, "--json", measure_rss=True)
+    summary = result.json()
+    limit = bound(summary, baseline_rss)
+    print(report("plan rechunk", result.peak_rss, limit, baseline_rss))
+    assert result.peak_rss < limit, report("plan rechunk", result.peak_rss, limit, baseline_rss)
+    out = open_zarr(target)
+    assert tuple(out.chunks) == (SHAPE[0], 32, 128)
+    for t0 in range(0, SHAPE[0], SLAB):
+        np.testing.assert_array_equal(out[t0 : t0 + SLAB], -slab_values(t0, t0 + SLAB))
