@@ -214,16 +214,20 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let graph = Graph::build(plan, opts.io_threads)?;
     let max_mem = opts.max_mem.unwrap_or_else(default_max_mem);
     let progress = Arc::new(Progress::new(opts.progress));
+    // An eighth of the budget keeps freed chunk buffers for reuse; tasks get the rest.
+    let pool_bytes = (max_mem / 8).min(256 << 20);
+    crate::array::pool::set_capacity(pool_bytes);
+    let task_budget = max_mem - pool_bytes;
     let scheduler = Scheduler::new(
         opts.threads,
-        Budget::new(max_mem),
+        Budget::new(task_budget),
         progress.clone(),
         opts.cancel.clone(),
     )?;
     let physical = stages::plan(
         &graph,
         PlanOptions {
-            budget: max_mem,
+            budget: task_budget,
             threads: scheduler.threads(),
         },
     )?;
@@ -234,14 +238,14 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     for stage in &physical.stages {
         let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit)?;
         if let Some(t) = tasks.iter().max_by_key(|t| t.memory) {
-            if t.memory > max_mem {
+            if t.memory > task_budget {
                 return Err(Error::new(
                     crate::error::ErrorKind::Memory,
                     format!(
                         "{} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
                         t.label,
                         crate::exec::memory::human_bytes(t.memory),
-                        crate::exec::memory::human_bytes(max_mem)
+                        crate::exec::memory::human_bytes(task_budget)
                     ),
                 ));
             }
@@ -435,6 +439,24 @@ pub fn codec_floor(
     let whole = Region::whole(&shape);
     let size = arr.dtype().size();
     let t0 = Instant::now();
+    // Decode only: each buffer goes back to the pool at once, as in a streaming run.
+    let Some((chunks, codec)) = target else {
+        let decoded_bytes: u64 = pool.install(|| {
+            encoded
+                .into_par_iter()
+                .zip(indices.par_iter())
+                .map(|(b, i)| arr.decode_chunk(i, b).map(|buf| buf.bytes().len() as u64))
+                .sum::<Result<u64>>()
+        })?;
+        let decode_seconds = t0.elapsed().as_secs_f64();
+        return Ok(CodecFloor {
+            seconds: decode_seconds,
+            decode_seconds,
+            encode_seconds: 0.0,
+            decoded_bytes,
+            threads: pool.current_num_threads(),
+        });
+    };
     let decoded: Vec<Buffer> = pool.install(|| {
         encoded
             .into_par_iter()
@@ -444,8 +466,7 @@ pub fn codec_floor(
     })?;
     let decode_seconds = t0.elapsed().as_secs_f64();
     let decoded_bytes: u64 = decoded.iter().map(|b| b.bytes().len() as u64).sum();
-    let mut encode_seconds = 0.0;
-    if let Some((chunks, codec)) = target {
+    let encode_seconds = {
         let mut full = Buffer::zeros(arr.dtype(), whole.len() as usize);
         for (b, i) in decoded.iter().zip(&indices) {
             let r = arr.grid().chunk_region(i);
@@ -478,8 +499,8 @@ pub fn codec_floor(
                     target.encode_chunk(i, &c).map(|_| ())
                 })
         })?;
-        encode_seconds = t1.elapsed().as_secs_f64();
-    }
+        t1.elapsed().as_secs_f64()
+    };
     Ok(CodecFloor {
         seconds: decode_seconds + encode_seconds,
         decode_seconds,

@@ -48,10 +48,29 @@ element!(f64, F64);
 element!([f32; 2], C64);
 element!([f64; 2], C128);
 
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Storage::Bytes(v) = &mut self.storage {
+            super::pool::give(std::mem::take(v));
+        }
+    }
+}
+
 impl Buffer {
-    /// A zeroed buffer of `len` elements.
+    /// A zeroed buffer of `len` elements (pooled memory for large buffers).
     pub fn zeros(dtype: DType, len: usize) -> Self {
         let bytes = len * dtype.size();
+        if bytes >= super::pool::MIN_POOLED {
+            let mut v = super::pool::take(bytes);
+            v.resize(bytes, 0);
+            if (v.as_ptr() as usize).is_multiple_of(16) {
+                return Buffer {
+                    dtype,
+                    storage: Storage::Bytes(v),
+                };
+            }
+            super::pool::give(v);
+        }
         Buffer {
             dtype,
             storage: Storage::Words(vec![0u128; bytes.div_ceil(16)], bytes),
@@ -120,8 +139,8 @@ impl Buffer {
     }
 
     /// Consumes the buffer into its bytes (copying when held as words).
-    pub fn into_bytes(self) -> Vec<u8> {
-        match self.storage {
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        match std::mem::replace(&mut self.storage, Storage::Words(Vec::new(), 0)) {
             Storage::Bytes(v) => v,
             Storage::Words(w, len) => bytemuck::cast_slice(&w)[..len].to_vec(),
         }

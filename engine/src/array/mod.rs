@@ -3,6 +3,7 @@
 pub mod buffer;
 pub mod dtype;
 pub mod grid;
+pub mod pool;
 
 pub use buffer::Buffer;
 pub use dtype::DType;

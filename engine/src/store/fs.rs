@@ -116,7 +116,7 @@ impl FsStore {
         }
         match range {
             None => {
-                let mut v = Vec::with_capacity(file.metadata()?.len() as usize);
+                let mut v = crate::array::pool::take(file.metadata()?.len() as usize);
                 (&file).read_to_end(&mut v)?;
                 Ok(Some(v))
             }

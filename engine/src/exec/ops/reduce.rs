@@ -221,7 +221,7 @@ fn pieces(params: &ReduceParams, grid: &ChunkGrid, region: &Region) -> Vec<Regio
 
 /// Decoded bytes folded per partial accumulator: enough work per task to amortise the
 /// partial, few enough partials to merge cheaply.
-const GROUP_BYTES: u64 = 16 << 20;
+const GROUP_BYTES: u64 = 64 << 20;
 
 /// The tasks of a reduce stage.
 pub fn tasks(
