@@ -203,6 +203,7 @@ fn stage_tasks(
                     ddof: *ddof,
                 },
                 label,
+                batch_limit * 2,
             )?,
         ),
     })

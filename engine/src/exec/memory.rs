@@ -175,6 +175,19 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     Ok(bytes as u64)
 }
 
+/// Makes freed chunk buffers go back to the OS at once, so the process's resident memory
+/// follows the budget: glibc otherwise raises its mmap threshold after large frees and keeps
+/// later large buffers in per-thread heaps it rarely trims. Call once at start-up.
+pub fn configure_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning parameters; it is called before the
+    // engine starts threads that allocate large buffers.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,18 +212,5 @@ mod tests {
         drop(kept);
         assert_eq!(b.used(), 0);
         assert!(b.reserve(101, "big task", &stop).is_err());
-    }
-}
-
-/// Makes freed chunk buffers go back to the OS at once, so the process's resident memory
-/// follows the budget: glibc otherwise raises its mmap threshold after large frees and keeps
-/// later large buffers in per-thread heaps it rarely trims. Call once at start-up.
-pub fn configure_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning parameters; it is called before the
-    // engine starts threads that allocate large buffers.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
     }
 }

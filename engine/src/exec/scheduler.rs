@@ -51,7 +51,7 @@ struct Running {
     processor: Option<Box<dyn Processor>>,
     batches: Vec<Option<Vec<ReadOp>>>,
     n_batches: usize,
-    arrived: HashMap<usize, Vec<Option<Vec<u8>>>>,
+    arrived: HashMap<usize, Vec<Option<crate::store::Value>>>,
     next: usize,
     busy: bool,
     processed_all: bool,
@@ -260,7 +260,13 @@ fn issue_read(ctx: &Arc<Ctx>, t: &TaskRef, i: usize) {
         }
     }
     let total: usize = groups.iter().map(|g| g.1.len()).sum();
-    let join = Arc::new(Mutex::new((vec![None; total], groups.len(), None::<Error>)));
+    let join = Arc::new(Mutex::new((
+        (0..total)
+            .map(|_| None)
+            .collect::<Vec<Option<crate::store::Value>>>(),
+        groups.len(),
+        None::<Error>,
+    )));
     if groups.is_empty() {
         on_data(ctx, t, i, Vec::new());
         return;
@@ -308,7 +314,7 @@ fn issue_read(ctx: &Arc<Ctx>, t: &TaskRef, i: usize) {
     }
 }
 
-fn on_data(ctx: &Arc<Ctx>, t: &TaskRef, i: usize, data: Vec<Option<Vec<u8>>>) {
+fn on_data(ctx: &Arc<Ctx>, t: &TaskRef, i: usize, data: Vec<Option<crate::store::Value>>) {
     if let Ok(mut r) = t.lock() {
         if r.ended {
             return;
@@ -470,7 +476,7 @@ mod tests {
         fn process(
             &mut self,
             _b: usize,
-            data: Vec<Option<Vec<u8>>>,
+            data: Vec<Option<crate::store::Value>>,
             _c: &mut TaskContext,
         ) -> Result<Vec<WriteOp>> {
             self.sum += data.iter().flatten().map(|v| v[0] as u64).sum::<u64>();

@@ -62,7 +62,7 @@ pub trait Processor: Send {
     fn process(
         &mut self,
         batch: usize,
-        data: Vec<Option<Vec<u8>>>,
+        data: Vec<Option<crate::store::Value>>,
         ctx: &mut TaskContext,
     ) -> Result<Vec<WriteOp>>;
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 
-use super::{ByteRange, ReadBatch, ReadCallback, ReadRequest, Store, WriteCallback};
+use super::{ByteRange, ReadBatch, ReadCallback, ReadRequest, Store, Value, WriteCallback};
 use crate::error::{Error, ErrorKind, Result};
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -89,6 +89,9 @@ pub struct FsStore {
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Whole values at least this large are mapped rather than copied out of the page cache.
+const MAP_THRESHOLD: usize = 256 * 1024;
+
 impl FsStore {
     /// A store rooted at `root` (which need not exist yet) with `io_threads` IO threads.
     pub fn new(root: impl AsRef<Path>, io_threads: usize) -> Result<Self> {
@@ -105,7 +108,7 @@ impl FsStore {
         self.root.join(key)
     }
 
-    fn read_one(path: &Path, range: Option<ByteRange>) -> std::io::Result<Option<Vec<u8>>> {
+    fn read_one(path: &Path, range: Option<ByteRange>) -> std::io::Result<Option<Value>> {
         let file = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
@@ -116,9 +119,16 @@ impl FsStore {
         }
         match range {
             None => {
-                let mut v = crate::array::pool::take(file.metadata()?.len() as usize);
+                let size = file.metadata()?.len() as usize;
+                if size >= MAP_THRESHOLD {
+                    // SAFETY: the mapping is read-only and private to this value; the engine
+                    // replaces files by rename and never writes into a file it reads.
+                    let map = unsafe { memmap2::Mmap::map(&file)? };
+                    return Ok(Some(Value::Mapped(map)));
+                }
+                let mut v = crate::array::pool::take(size);
                 (&file).read_to_end(&mut v)?;
-                Ok(Some(v))
+                Ok(Some(Value::Owned(v)))
             }
             Some(r) => {
                 let size = file.metadata()?.len();
@@ -137,7 +147,7 @@ impl FsStore {
                 }
                 let mut v = vec![0u8; (end - r.offset) as usize];
                 file.read_exact_at(&mut v, r.offset)?;
-                Ok(Some(v))
+                Ok(Some(Value::Owned(v)))
             }
         }
     }
@@ -202,7 +212,7 @@ fn io_error(url: &str, key: &str, e: std::io::Error) -> Error {
 }
 
 struct BatchState {
-    results: Mutex<Vec<Option<Vec<u8>>>>,
+    results: Mutex<Vec<Option<Value>>>,
     remaining: AtomicUsize,
     failed: Mutex<Option<Error>>,
     done: Mutex<Option<ReadCallback>>,
@@ -242,7 +252,7 @@ impl Store for FsStore {
         }
         let n = reqs.len();
         let state = Arc::new(BatchState {
-            results: Mutex::new(vec![None; n]),
+            results: Mutex::new((0..n).map(|_| None).collect()),
             remaining: AtomicUsize::new(n),
             failed: Mutex::new(None),
             done: Mutex::new(Some(done)),

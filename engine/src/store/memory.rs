@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{ReadBatch, ReadCallback, ReadRequest, Store, WriteCallback};
+use super::{ReadBatch, ReadCallback, ReadRequest, Store, Value, WriteCallback};
 use crate::error::{Error, Result};
 
 /// Keys held in memory; stores of the same name share their contents within a process.
@@ -51,14 +51,14 @@ impl Store for MemoryStore {
             reqs.iter()
                 .map(|r| {
                     m.get(&r.key).map(|v| match r.range {
-                        None => v.clone(),
+                        None => Value::Owned(v.clone()),
                         Some(br) => {
                             let start = (br.offset as usize).min(v.len());
                             let end = br
                                 .len
                                 .map(|l| (start + l as usize).min(v.len()))
                                 .unwrap_or(v.len());
-                            v[start..end].to_vec()
+                            Value::Owned(v[start..end].to_vec())
                         }
                     })
                 })

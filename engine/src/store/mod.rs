@@ -40,8 +40,57 @@ impl ReadRequest {
     }
 }
 
+/// A value read from a store: owned bytes, or a read-only mapping of a local file (no copy
+/// out of the page cache). Files are replaced by rename, never rewritten in place, by the
+/// engine; a file truncated by another program while mapped would fault the reader.
+pub enum Value {
+    /// Bytes in memory.
+    Owned(Vec<u8>),
+    /// A mapped file.
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for Value {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Owned(v) => v,
+            Value::Mapped(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Value({} bytes)", self.len())
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Value {
+    /// Hands owned bytes back to the buffer pool.
+    pub fn recycle(self) {
+        if let Value::Owned(v) = self {
+            crate::array::pool::give(v);
+        }
+    }
+
+    /// The bytes as a vector (copying a mapping).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Value::Owned(v) => v,
+            Value::Mapped(m) => m.to_vec(),
+        }
+    }
+}
+
 /// The result of a batch: one entry per request, `None` where the key does not exist.
-pub type ReadBatch = Vec<Option<Vec<u8>>>;
+pub type ReadBatch = Vec<Option<Value>>;
 
 /// Called once when every read of a batch has finished (or the first has failed).
 pub type ReadCallback = Box<dyn FnOnce(Result<ReadBatch>) + Send>;
@@ -92,7 +141,7 @@ pub trait Store: Send + Sync {
     /// Reads one whole value and waits for it.
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let mut v = self.get_many(vec![ReadRequest::whole(key)])?;
-        Ok(v.pop().flatten())
+        Ok(v.pop().flatten().map(Value::into_vec))
     }
 
     /// Writes one value and waits for it.
@@ -165,7 +214,7 @@ pub mod conformance {
             .unwrap();
         assert_eq!(r[0].as_deref(), Some(&b"world"[..]));
         assert_eq!(r[1].as_deref(), Some(&b"llo world"[..]));
-        assert_eq!(r[2], None);
+        assert!(r[2].is_none());
         assert_eq!(r[3].as_deref(), Some(&b"xyz"[..]));
         assert_eq!(store.size_of("a/d").unwrap(), Some(3));
         assert_eq!(store.list_prefix("a/").unwrap(), vec!["a/b/c", "a/d"]);

@@ -51,13 +51,18 @@ fn detect_fast_codec(raw: &serde_json::Value) -> Option<FastCodec> {
     if raw.get("zarr_format").and_then(|v| v.as_u64()) == Some(2) {
         let dtype = raw.get("dtype")?.as_str()?;
         let little = dtype.starts_with('<') || dtype.starts_with('|');
-        let no_filters = raw.get("filters").is_none_or(|f| f.is_null() || f.as_array().is_some_and(|a| a.is_empty()));
+        let no_filters = raw
+            .get("filters")
+            .is_none_or(|f| f.is_null() || f.as_array().is_some_and(|a| a.is_empty()));
         let c_order = raw.get("order").and_then(|o| o.as_str()) != Some("F");
         let zstd = raw.get("compressor")?.get("id")?.as_str()? == "zstd";
         return (little && no_filters && c_order && zstd).then_some(FastCodec::Zstd);
     }
     let codecs = raw.get("codecs")?.as_array()?;
-    if codecs.len() != 2 || name(&codecs[0]).as_deref() != Some("bytes") || name(&codecs[1]).as_deref() != Some("zstd") {
+    if codecs.len() != 2
+        || name(&codecs[0]).as_deref() != Some("bytes")
+        || name(&codecs[1]).as_deref() != Some("zstd")
+    {
         return None;
     }
     let endian = codecs[0]
@@ -81,7 +86,9 @@ fn zstd_decode(src: &[u8], len: usize) -> std::result::Result<Vec<u8>, String> {
             *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
         }
         match slot.as_mut() {
-            Some(d) => d.decompress_to_buffer(src, &mut out).map_err(|e| e.to_string()),
+            Some(d) => d
+                .decompress_to_buffer(src, &mut out)
+                .map_err(|e| e.to_string()),
             None => Err("no zstd decompressor".to_string()),
         }
     })?;
@@ -259,7 +266,7 @@ impl ZarrArray {
 
     /// Decodes the stored bytes of chunk `idx` (or the fill value when `bytes` is `None`)
     /// into a buffer covering exactly the chunk's region inside the array.
-    pub fn decode_chunk(&self, idx: &[u64], bytes: Option<Vec<u8>>) -> Result<Buffer> {
+    pub fn decode_chunk(&self, idx: &[u64], bytes: Option<crate::store::Value>) -> Result<Buffer> {
         let region = self.grid.chunk_region(idx);
         let Some(bytes) = bytes else {
             return Ok(Buffer::filled(
@@ -279,7 +286,7 @@ impl ZarrArray {
         if self.fast == Some(FastCodec::Zstd) {
             let len = encoded_shape.iter().product::<u64>() as usize * self.dtype.size();
             let out = zstd_decode(&bytes, len).map_err(corrupt);
-            crate::array::pool::give(bytes);
+            bytes.recycle();
             let full = Buffer::from_bytes(self.dtype, out?)?;
             return self.crop(full, &region, encoded_shape);
         }
@@ -299,7 +306,7 @@ impl ZarrArray {
             })
             .map_err(|e| corrupt(e.to_string()))?;
         let full = Buffer::from_bytes(self.dtype, decoded.into_owned())?;
-        crate::array::pool::give(bytes);
+        bytes.recycle();
         self.crop(full, &region, encoded_shape)
     }
 

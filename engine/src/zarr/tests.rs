@@ -36,7 +36,9 @@ fn round_trip(s: ArraySpec) {
     for idx in grid.chunk_indices() {
         let r = grid.chunk_region(&idx);
         let bytes = store.get(&reopened.chunk_key(&idx)).unwrap();
-        let b = reopened.decode_chunk(&idx, bytes).unwrap();
+        let b = reopened
+            .decode_chunk(&idx, bytes.map(crate::store::Value::Owned))
+            .unwrap();
         let v = b.as_slice::<f32>().unwrap();
         assert_eq!(v.len() as u64, r.len());
         assert_eq!(
@@ -79,7 +81,7 @@ fn corrupt_chunk_names_key_and_store() {
     let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 1).unwrap());
     let arr = ZarrArray::create(store, &spec(None, 3)).unwrap();
     let e = arr
-        .decode_chunk(&[0, 1], Some(vec![1, 2, 3, 4]))
+        .decode_chunk(&[0, 1], Some(crate::store::Value::Owned(vec![1, 2, 3, 4])))
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Corrupt);
     assert_eq!(e.context.chunk_key.as_deref(), Some("c/0/1"));

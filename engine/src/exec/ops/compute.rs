@@ -62,7 +62,7 @@ impl Processor for ComputeProcessor {
     fn process(
         &mut self,
         _batch: usize,
-        data: Vec<Option<Vec<u8>>>,
+        data: Vec<Option<crate::store::Value>>,
         ctx: &mut TaskContext,
     ) -> Result<Vec<WriteOp>> {
         self.assembler.accept(data, &self.arrays, ctx)?;

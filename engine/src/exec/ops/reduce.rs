@@ -55,6 +55,10 @@ struct ReduceProcessor {
     acc: Option<Accumulator>,
     acc_bytes: u64,
     shared: Arc<OutputChunk>,
+    /// Decoded pieces waiting to be folded together.
+    pending: Vec<(Region, Assembler)>,
+    /// Pieces folded together.
+    fold_every: usize,
 }
 
 impl ReduceProcessor {
@@ -80,55 +84,117 @@ impl ReduceProcessor {
     }
 }
 
+impl ReduceProcessor {
+    /// Folds every pending piece into the accumulator. Without positions (every function
+    /// but arg-reductions) the pieces are folded slab by slab along the first kept axis, all
+    /// pieces per slab, so the slab of the accumulator stays in cache instead of streaming
+    /// the whole accumulator through memory once per piece.
+    fn fold_pending(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let Some((first, _)) = pending.first() else {
+            return Ok(());
+        };
+        let rank = first.rank();
+        let strides = self.acc_strides(first);
+        let acc = self
+            .acc
+            .as_mut()
+            .ok_or_else(|| Error::internal("reduction accumulator missing"))?;
+        let positions = acc.needs_positions();
+        let mut regs = self.fused.program.registers();
+        let full_strides = c_strides(&self.fused.shape);
+        let axes = &self.params.axes;
+        // The slab axis: the first kept axis longer than 1, if any.
+        let slab_axis = (0..rank).find(|d| !axes.contains(d) && first.shape[*d] > 1);
+        let (axis, slab) = match (slab_axis, positions) {
+            (Some(a), false) => {
+                let per_index = strides[a].max(1) as u64 * ACC_BYTES_PER_ELEMENT;
+                (a, (SLAB_BYTES / per_index).max(1))
+            }
+            _ => (0, u64::MAX),
+        };
+        let extent = if slab == u64::MAX {
+            1
+        } else {
+            first.shape[axis]
+        };
+        let mut start = 0u64;
+        let mut assembled: Vec<(Region, Assembler)> = pending;
+        while start < extent {
+            let len = if slab == u64::MAX {
+                0
+            } else {
+                slab.min(extent - start)
+            };
+            for (piece, asm) in assembled.iter_mut() {
+                let mut leaves = asm.leaf_inputs(&self.arrays);
+                let mut shape = piece.shape.clone();
+                let mut base = 0usize;
+                if slab != u64::MAX {
+                    shape[axis] = len;
+                    for l in leaves.iter_mut() {
+                        l.offset += start as usize * l.strides[axis];
+                    }
+                    base = start as usize * strides[axis];
+                }
+                let piece = &*piece;
+                drive(
+                    &self.fused.program,
+                    &mut regs,
+                    &leaves,
+                    &shape,
+                    &strides,
+                    !positions,
+                    |reg, n, at| {
+                        let index = if positions {
+                            // Global reduction index of the tile's first value and the step.
+                            if axes.len() == 1 && rank > 1 {
+                                let a = axes[0];
+                                let b = (piece.start[a] + at.index[a]) as i64;
+                                (b, if a == rank - 1 { 1 } else { 0 })
+                            } else {
+                                let b: u64 = (0..rank)
+                                    .map(|d| (piece.start[d] + at.index[d]) * full_strides[d])
+                                    .sum();
+                                (b as i64, 1)
+                            }
+                        } else {
+                            (0, 0)
+                        };
+                        let at = crate::kernels::region::TileTarget {
+                            offset: at.offset + base,
+                            ..at
+                        };
+                        acc.fold(reg, n, at, index)
+                    },
+                )?;
+            }
+            start += len.max(1);
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of accumulator state assumed per element when sizing slabs.
+const ACC_BYTES_PER_ELEMENT: u64 = 8;
+/// Accumulator bytes per slab: about the size of L2.
+const SLAB_BYTES: u64 = 256 * 1024;
+
 impl Processor for ReduceProcessor {
     fn process(
         &mut self,
         batch: usize,
-        data: Vec<Option<Vec<u8>>>,
+        data: Vec<Option<crate::store::Value>>,
         ctx: &mut TaskContext,
     ) -> Result<Vec<WriteOp>> {
         let read = self.pieces[batch].clone();
         let piece = read.region.clone();
         let mut asm = Assembler::new(read);
         asm.accept(data, &self.arrays, ctx)?;
-        let strides = self.acc_strides(&piece);
-        let acc = self
-            .acc
-            .as_mut()
-            .ok_or_else(|| Error::internal("reduction accumulator missing"))?;
-        let positions = acc.needs_positions();
-        let leaves = asm.leaf_inputs(&self.arrays);
-        let mut regs = self.fused.program.registers();
-        let full_shape = &self.fused.shape;
-        let full_strides = c_strides(full_shape);
-        let axes = &self.params.axes;
-        let rank = piece.rank();
-        drive(
-            &self.fused.program,
-            &mut regs,
-            &leaves,
-            &piece.shape,
-            &strides,
-            !positions,
-            |reg, n, at| {
-                let index = if positions {
-                    // Global reduction index of the tile's first value and the step between values.
-                    if axes.len() == 1 && rank > 1 {
-                        let a = axes[0];
-                        let base = (piece.start[a] + at.index[a]) as i64;
-                        (base, if a == rank - 1 { 1 } else { 0 })
-                    } else {
-                        let base: u64 = (0..rank)
-                            .map(|d| (piece.start[d] + at.index[d]) * full_strides[d])
-                            .sum();
-                        (base as i64, 1)
-                    }
-                } else {
-                    (0, 0)
-                };
-                acc.fold(reg, n, at, index)
-            },
-        )?;
+        self.pending.push((piece, asm));
+        if self.pending.len() >= self.fold_every || batch + 1 == self.pieces.len() {
+            self.fold_pending()?;
+        }
         Ok(Vec::new())
     }
 
@@ -223,6 +289,9 @@ fn pieces(params: &ReduceParams, grid: &ChunkGrid, region: &Region) -> Vec<Regio
 /// partial, few enough partials to merge cheaply.
 const GROUP_BYTES: u64 = 64 << 20;
 
+/// At most this many pieces are folded together.
+const FOLD_MAX: usize = 8;
+
 /// The tasks of a reduce stage.
 pub fn tasks(
     fused: Arc<Fused>,
@@ -230,6 +299,7 @@ pub fn tasks(
     out: Arc<ZarrArray>,
     params: ReduceParams,
     label: &str,
+    max_task_bytes: u64,
 ) -> Result<Vec<Task>> {
     let params = Arc::new(params);
     let in_shape = fused.shape.clone();
@@ -259,8 +329,12 @@ pub fn tasks(
         } else {
             reads.chunks(per_group).map(|c| c.to_vec()).collect()
         };
+        let out_bytes = out_region.len() * out.dtype().size() as u64;
         let acc_len = out_region.len() as usize;
         let acc_bytes = acc_len as u64 * Accumulator::bytes_per_element(params.func);
+        // Fold several pieces together when their buffers fit a share of the budget.
+        let share = max_task_bytes.saturating_sub(acc_bytes + 2 * piece_read + 2 * out_bytes);
+        let fold_every = ((share / piece_bytes) as usize).clamp(1, FOLD_MAX);
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
             merge: Mutex::new(Merge {
@@ -271,13 +345,13 @@ pub fn tasks(
             }),
             count,
         });
-        let out_bytes = out_region.len() * out.dtype().size() as u64;
         for (g, group) in groups.into_iter().enumerate() {
             let batches = group.iter().map(|r| r.read_ops(&arrays)).collect();
             let compute = fused.dtype();
             let acc = Accumulator::new(params.func, compute, acc_len)?;
-            // Accumulator + two pieces read ahead + one piece's leaf buffers + encoded output.
-            let memory = acc_bytes + 2 * piece_read + piece_bytes + 2 * out_bytes;
+            // Accumulator + two pieces read ahead + the pending pieces' leaf buffers + output.
+            let memory =
+                acc_bytes + 2 * piece_read + fold_every as u64 * piece_bytes + 2 * out_bytes;
             tasks.push(Task {
                 label: format!("{label}: output chunk {idx:?}, group {g}"),
                 memory,
@@ -293,6 +367,8 @@ pub fn tasks(
                     acc: Some(acc),
                     acc_bytes,
                     shared: shared.clone(),
+                    pending: Vec::new(),
+                    fold_every,
                 }),
             });
         }

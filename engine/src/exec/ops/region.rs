@@ -169,7 +169,7 @@ impl Assembler {
     /// Decodes the next `data.len()` chunks (in parallel) into the leaf buffers.
     pub fn accept(
         &mut self,
-        data: Vec<Option<Vec<u8>>>,
+        data: Vec<Option<crate::store::Value>>,
         arrays: &[Arc<ZarrArray>],
         ctx: &TaskContext,
     ) -> Result<()> {
