@@ -225,14 +225,15 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         progress.clone(),
         opts.cancel.clone(),
     )?;
+    let batch_limit = (max_mem / 16).max(1);
     let physical = stages::plan(
         &graph,
         PlanOptions {
             budget: task_budget,
             threads: scheduler.threads(),
+            batch_bytes: batch_limit,
         },
     )?;
-    let batch_limit = (max_mem / 16).max(1);
     // Every task must fit the budget: check with in-memory stand-ins before anything is
     // created on disk.
     let stand_ins = open_materials(&physical.materials, opts.io_threads, None)?;
@@ -521,4 +522,96 @@ pub fn parse_params(pairs: &[String]) -> Result<BTreeMap<String, String>> {
                 .ok_or_else(|| Error::plan("--param", format!("\"{p}\" is not NAME=VALUE")))
         })
         .collect()
+}
+
+/// Decodes every chunk of one batch and drops it: the read floor's only work.
+struct DecodeOnly {
+    array: Arc<ZarrArray>,
+    chunks: Vec<Vec<u64>>,
+    next: usize,
+}
+
+impl crate::exec::Processor for DecodeOnly {
+    fn process(
+        &mut self,
+        _batch: usize,
+        data: Vec<Option<crate::store::Value>>,
+        ctx: &mut crate::exec::TaskContext,
+    ) -> Result<Vec<crate::exec::WriteOp>> {
+        let idx = &self.chunks[self.next..self.next + data.len()];
+        self.next += data.len();
+        let bytes: u64 = data
+            .into_par_iter()
+            .zip(idx.par_iter())
+            .map(|(b, i)| {
+                self.array
+                    .decode_chunk(i, b)
+                    .map(|buf| buf.bytes().len() as u64)
+            })
+            .sum::<Result<u64>>()?;
+        ctx.add_decoded(bytes);
+        Ok(Vec::new())
+    }
+
+    fn finish(
+        self: Box<Self>,
+        _ctx: &mut crate::exec::TaskContext,
+    ) -> Result<Vec<crate::exec::WriteOp>> {
+        Ok(Vec::new())
+    }
+}
+
+/// The read floor: reads and decodes every chunk of `url` through the scheduler and the IO
+/// threads, as a run does, with no compute and no writes.
+pub fn read_floor(url: &str, threads: usize, max_mem: Option<u64>) -> Result<CodecFloor> {
+    let max_mem = max_mem.unwrap_or_else(default_max_mem);
+    let array = Arc::new(ZarrArray::open(open_store(url, 8)?)?);
+    let progress = Arc::new(Progress::new(false));
+    let scheduler = Scheduler::new(
+        threads,
+        Budget::new(max_mem),
+        progress.clone(),
+        Arc::new(AtomicBool::new(false)),
+    )?;
+    let indices = array.grid().chunk_indices();
+    let chunk_bytes =
+        array.grid().chunk_shape().iter().product::<u64>() * array.dtype().size() as u64;
+    // Tasks of about 64 MiB of chunks, read in batches of one chunk per thread.
+    let per_task = ((64u64 << 20) / chunk_bytes.max(1)).max(1) as usize;
+    let per_batch = scheduler.threads().max(1);
+    let t0 = Instant::now();
+    let tasks = indices
+        .chunks(per_task)
+        .map(|group| crate::exec::Task {
+            label: format!("read {url}"),
+            memory: 3 * per_batch as u64 * chunk_bytes,
+            batches: group
+                .chunks(per_batch)
+                .map(|b| {
+                    b.iter()
+                        .map(|i| crate::exec::ReadOp {
+                            store: array.store().clone(),
+                            req: ReadRequest::whole(array.chunk_key(i)),
+                        })
+                        .collect()
+                })
+                .collect(),
+            processor: Box::new(DecodeOnly {
+                array: array.clone(),
+                chunks: group.to_vec(),
+                next: 0,
+            }),
+        })
+        .collect();
+    scheduler.run(tasks)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    Ok(CodecFloor {
+        seconds,
+        decode_seconds: seconds,
+        encode_seconds: 0.0,
+        decoded_bytes: progress
+            .decoded_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        threads: scheduler.threads(),
+    })
 }

@@ -94,6 +94,18 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Time reading and decoding every chunk through the engine's IO threads and scheduler,
+    /// with no compute (the floor of a reduction such as plans/era5-sum.json).
+    Read {
+        /// The array.
+        source: String,
+        /// Threads (default: all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Time decoding every chunk of an array already read into memory.
     Decode {
         /// The array.
@@ -245,6 +257,24 @@ fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
             Ok(())
         }
         Command::Bench { what } => match what {
+            BenchCommand::Read {
+                source,
+                threads,
+                json,
+            } => {
+                let f = run::read_floor(&source, threads, None)?;
+                if json {
+                    return print_json(&f);
+                }
+                println!(
+                    "read and decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
+                    human_bytes(f.decoded_bytes),
+                    f.seconds,
+                    f.decoded_bytes as f64 / 1e9 / f.seconds.max(1e-9),
+                    f.threads
+                );
+                Ok(())
+            }
             BenchCommand::Decode {
                 source,
                 threads,

@@ -8,6 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::plan::expr::Signature;
 use crate::plan::Func;
 
+#[inline(always)]
 fn zip2<A: Copy, B: Copy, C>(a: &[A], b: &[B], out: &mut [C], n: usize, f: impl Fn(A, B) -> C) {
     for ((o, x), y) in out[..n].iter_mut().zip(&a[..n]).zip(&b[..n]) {
         *o = f(*x, *y);
@@ -152,6 +153,11 @@ pub fn call(func: Func, sig: Signature, args: &[&Reg], out: &mut Reg, n: usize) 
         args.get(1).copied().unwrap_or(args[0]),
         &mut *out,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { binary_f_avx2(func, sig.result == DType::F32, a, b, o, n) };
+        }
         return if sig.result == DType::F32 {
             binary_f::<true>(func, a, b, o, n)
         } else {
@@ -176,7 +182,26 @@ fn rnd<const R32: bool>(x: f64) -> f64 {
     }
 }
 
+/// [`binary_f`] compiled for AVX2 (chosen at run time when the CPU has it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn binary_f_avx2(
+    func: Func,
+    r32: bool,
+    a: &[f64],
+    b: &[f64],
+    o: &mut [f64],
+    n: usize,
+) -> Result<()> {
+    if r32 {
+        binary_f::<true>(func, a, b, o, n)
+    } else {
+        binary_f::<false>(func, a, b, o, n)
+    }
+}
+
 /// Binary float kernels; with `R32` each result is rounded to float32 in the same loop.
+#[inline(always)]
 fn binary_f<const R32: bool>(
     func: Func,
     a: &[f64],

@@ -132,6 +132,28 @@ impl Accumulator {
     /// arg-reductions `index` gives the reduction index of the tile's first value and the
     /// step between consecutive values.
     pub fn fold(&mut self, reg: &Reg, n: usize, at: TileTarget, index: (i64, i64)) -> Result<()> {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { self.fold_avx2(reg, n, at, index) };
+        }
+        self.fold_impl(reg, n, at, index)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fold_avx2(
+        &mut self,
+        reg: &Reg,
+        n: usize,
+        at: TileTarget,
+        index: (i64, i64),
+    ) -> Result<()> {
+        self.fold_impl(reg, n, at, index)
+    }
+
+    #[inline(always)]
+    fn fold_impl(&mut self, reg: &Reg, n: usize, at: TileTarget, index: (i64, i64)) -> Result<()> {
         use ReduceFunc::*;
         let func = self.func;
         let o = at.offset;

@@ -157,6 +157,22 @@ macro_rules! gather {
 
 /// Loads `n` values of `buf` at `at` into `reg`, converting to the register's working type.
 pub fn load(buf: &Buffer, at: Strided, n: usize, reg: &mut Reg) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { load_avx2(buf, at, n, reg) };
+    }
+    load_impl(buf, at, n, reg)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn load_avx2(buf: &Buffer, at: Strided, n: usize, reg: &mut Reg) -> Result<()> {
+    load_impl(buf, at, n, reg)
+}
+
+#[inline(always)]
+fn load_impl(buf: &Buffer, at: Strided, n: usize, reg: &mut Reg) -> Result<()> {
     match (buf.dtype(), reg) {
         (DType::Bool, Reg::B(r)) => gather!(buf.as_slice::<u8>()?, r, at, n, |x: u8| x != 0),
         (DType::I8, Reg::I(r)) => gather!(buf.as_slice::<i8>()?, r, at, n, |x: i8| x as i64),

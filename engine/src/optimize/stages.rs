@@ -102,6 +102,8 @@ pub struct PlanOptions {
     pub budget: u64,
     /// Compute threads.
     pub threads: usize,
+    /// Bytes of reads per batch of a compute task.
+    pub batch_bytes: u64,
 }
 
 /// Builds the physical plan of `graph`.
@@ -317,18 +319,33 @@ fn intermediate(
     Ok(materials.len() - 1)
 }
 
-/// Bytes a compute task over a block of `elements` output elements is projected to hold.
-pub fn block_task_bytes(
+/// Bytes a compute task is projected to hold: its leaf buffers, its output values (none for a
+/// plain copy, whose leaf buffer is the output), the encoded output (at most the decoded
+/// size), and two batches of reads in flight.
+pub fn compute_task_bytes(
+    leaf_bytes: u64,
+    out_bytes: u64,
+    plain_copy: bool,
+    batch_bytes: u64,
+) -> u64 {
+    let values = if plain_copy { 0 } else { out_bytes };
+    leaf_bytes + values + out_bytes + 2 * batch_bytes
+}
+
+/// [`compute_task_bytes`] for a block of `elements` output elements.
+fn block_task_bytes(
     elements: u64,
     itemsize: u64,
     in_itemsize: u64,
     plain_copy: bool,
     batch_bytes: u64,
 ) -> u64 {
-    let leaf = elements * in_itemsize;
-    let out = if plain_copy { 0 } else { elements * itemsize };
-    let encoded = elements * itemsize;
-    leaf + out + encoded + batch_bytes
+    compute_task_bytes(
+        elements * in_itemsize,
+        elements * itemsize,
+        plain_copy,
+        batch_bytes,
+    )
 }
 
 /// Plans the stages that copy (and compute) `src` into material `out`: one stage of blocks
@@ -351,8 +368,8 @@ fn plan_copy(
         .max(1);
     let plain = src.as_plain_material().is_some() && src.dtype() == materials[out].dtype;
     let in_chunk_bytes = src.grid.chunk_shape().iter().product::<u64>().max(1) * in_itemsize;
-    let batch = (in_chunk_bytes * 2 * opts.threads as u64).max(in_chunk_bytes * 2);
-    let limit = opts.budget.saturating_sub(opts.budget / 8);
+    let batch = opts.batch_bytes.max(in_chunk_bytes);
+    let limit = opts.budget;
     let ones = vec![1u64; out_grid.rank()];
     let label = format!("write {name}");
     // Chunk-aligned outputs (each output chunk inside one input chunk, or equal): no blocks needed.
@@ -371,7 +388,7 @@ fn plan_copy(
     // Two stages through an intermediate whose chunks keep both blocks small.
     let shape = materials[out].shape.clone();
     let per_elem = 2 * itemsize + in_itemsize;
-    let max_block = (limit.saturating_sub(batch) / per_elem).max(1);
+    let max_block = (limit.saturating_sub(2 * batch) / per_elem).max(1);
     let src_chunks = src.grid.chunk_shape();
     let out_chunks = out_grid.chunk_shape();
     let inter_chunks = rechunk::intermediate_chunks(&src_chunks, &out_chunks, &shape, max_block);

@@ -118,17 +118,6 @@ impl Processor for ComputeProcessor {
     }
 }
 
-/// Bytes a compute task is projected to hold.
-pub fn projected_bytes(
-    read: &RegionRead,
-    arrays: &[Arc<ZarrArray>],
-    out_bytes: u64,
-    batch_bytes: u64,
-) -> u64 {
-    // Leaf buffers + output values + encoded outputs + two batches of reads in flight.
-    read.leaf_bytes(arrays) + 2 * out_bytes + 2 * batch_bytes
-}
-
 /// The tasks of a compute stage.
 pub fn tasks(
     fused: Arc<Fused>,
@@ -150,7 +139,15 @@ pub fn tasks(
             let batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
             let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
             let out_bytes = region.len() * out.dtype().size() as u64;
-            let memory = projected_bytes(&read, &arrays, out_bytes, batch_bytes);
+            let plain = fused.program.as_single_load().is_some_and(|l| {
+                fused.leaves[l].view.is_identity() && fused.leaves[l].dtype == out.dtype()
+            });
+            let memory = crate::optimize::stages::compute_task_bytes(
+                read.leaf_bytes(&arrays),
+                out_bytes,
+                plain,
+                batch_bytes,
+            );
             let label = format!("{label}: block {b:?}");
             Task {
                 label,
