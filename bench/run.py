@@ -8,6 +8,7 @@ one chunk per step), warms the page cache, then times, best of --repeat:
 
   sum      chunkfuse run plans/era5-sum.json  vs  Dask (threads) ((x + 1) * 2).sum(axis=0)
            vs numpy + zarr-python reading everything (all write the result to Zarr v3, zstd 3)
+  sum      also chunkfuse bench read (read + decode through the engine, no compute: the sum's floor)
   decode   chunkfuse bench decode (the read/decode floor)  vs  zarr-python and Dask reading all
   rechunk  chunkfuse rechunk to (256, 73, 144), zstd 3, --max-mem  vs  Dask rechunk + store
            (zstd 3), plus the codec floor `chunkfuse bench codec`
@@ -523,6 +524,17 @@ def main(argv: list[str] | None = None) -> int:
             sum_out[tool] = dst
         for tool, status in check_sum(sum_out, source).items():
             checks[("sum", tool)] = status
+        # The sum's floor: read and decode every chunk through the engine, no compute.
+        rows.append(
+            measure(
+                "sum",
+                "chunkfuse read floor",
+                [str(binary), "bench", "read", str(source), "--threads", threads, "--json"],
+                nbytes,
+                args.repeat,
+                None,
+            )
+        )
 
         # (b) decode floor -----------------------------------------------------------------
         print("decode:", file=sys.stderr)
