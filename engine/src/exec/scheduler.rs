@@ -102,6 +102,11 @@ impl Scheduler {
         self.pool.current_num_threads()
     }
 
+    /// Most tasks in flight at once.
+    fn max_in_flight(&self) -> usize {
+        2 * self.threads() + 2
+    }
+
     /// The memory budget.
     pub fn budget(&self) -> &Arc<Budget> {
         &self.budget
@@ -137,6 +142,11 @@ impl Scheduler {
                 shared.fail(Error::cancelled());
             }
             if shared.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            // Only a few tasks per compute thread are in flight: enough to keep reads ahead
+            // of compute, few enough that their buffers cycle through the pool.
+            if !wait_for_slot(&shared, self.max_in_flight()) {
                 break;
             }
             let reservation = match self.budget.reserve(task.memory, &task.label, &shared.stop) {
@@ -179,6 +189,26 @@ impl Scheduler {
             None => Ok(()),
         }
     }
+}
+
+/// Waits until fewer than `max` tasks are active; false when the stage is stopping.
+fn wait_for_slot(shared: &Shared, max: usize) -> bool {
+    let Ok(mut active) = shared.active.lock() else {
+        return false;
+    };
+    while *active >= max {
+        if shared.stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        active = match shared
+            .idle
+            .wait_timeout(active, std::time::Duration::from_millis(50))
+        {
+            Ok(g) => g.0,
+            Err(_) => return false,
+        };
+    }
+    true
 }
 
 fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {

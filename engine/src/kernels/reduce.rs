@@ -16,8 +16,8 @@ use crate::plan::ReduceFunc;
 /// Per-element state of a reduction.
 #[derive(Debug, Clone)]
 enum State {
-    /// Sum or product of floats (`nan`: skip NaN).
-    F(Vec<f64>),
+    /// Sum, product, min or max of floats, as f64 in a pooled buffer.
+    F(Buffer),
     /// Sum or product of complex values.
     C(Vec<Complex64>),
     /// Sum or product of signed (and small unsigned) integers.
@@ -46,6 +46,11 @@ pub struct Accumulator {
     state: State,
 }
 
+/// `len` copies of `v` in pooled memory.
+fn f64_state(len: usize, v: f64) -> Buffer {
+    Buffer::filled(DType::F64, len, &v.to_ne_bytes())
+}
+
 fn init_minmax_f(max: bool) -> f64 {
     if max {
         f64::NEG_INFINITY
@@ -62,11 +67,11 @@ impl Accumulator {
         let w = work_of(compute);
         let is_max = matches!(func, Max | NanMax);
         let state = match (func, w) {
-            (Sum | NanSum | Mean, Work::F) => State::F(vec![0.0; len]),
+            (Sum | NanSum | Mean, Work::F) => State::F(f64_state(len, 0.0)),
             (Sum | NanSum | Mean, Work::C) => State::C(vec![Complex64::new(0.0, 0.0); len]),
             (Sum | NanSum | Mean, Work::I) => State::I(vec![0; len]),
             (Sum | NanSum | Mean, Work::U) => State::U(vec![0; len]),
-            (Prod, Work::F) => State::F(vec![1.0; len]),
+            (Prod, Work::F) => State::F(f64_state(len, 1.0)),
             (Prod, Work::C) => State::C(vec![Complex64::new(1.0, 0.0); len]),
             (Prod, Work::I) => State::I(vec![1; len]),
             (Prod, Work::U) => State::U(vec![1; len]),
@@ -74,9 +79,9 @@ impl Accumulator {
             (NanMean, Work::C) => {
                 State::NanMeanC(vec![Complex64::new(0.0, 0.0); len], vec![0; len])
             }
-            (NanMean, Work::I | Work::U) => State::F(vec![0.0; len]),
-            (Min | Max, Work::F) => State::F(vec![init_minmax_f(is_max); len]),
-            (NanMin | NanMax, Work::F) => State::F(vec![f64::NAN; len]),
+            (NanMean, Work::I | Work::U) => State::F(f64_state(len, 0.0)),
+            (Min | Max, Work::F) => State::F(f64_state(len, init_minmax_f(is_max))),
+            (NanMin | NanMax, Work::F) => State::F(f64_state(len, f64::NAN)),
             (Min | Max | NanMin | NanMax, Work::I) => {
                 State::I(vec![if is_max { i64::MIN } else { i64::MAX }; len])
             }
@@ -176,42 +181,47 @@ impl Accumulator {
             }};
         }
         match (&mut self.state, reg) {
-            (State::F(acc), Reg::F(v)) => match func {
-                Sum | Mean => fold!(acc, v, |a: f64, x: f64| a + x),
-                NanSum | NanMean => {
-                    fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a + x })
+            (State::F(buf), Reg::F(v)) => {
+                let acc = buf.as_slice_mut::<f64>()?;
+                match func {
+                    Sum | Mean => fold!(acc, v, |a: f64, x: f64| a + x),
+                    NanSum | NanMean => {
+                        fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a + x })
+                    }
+                    Prod => fold!(acc, v, |a: f64, x: f64| a * x),
+                    Min => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.min(x)
+                    }),
+                    Max => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(x)
+                    }),
+                    NanMin => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
+                        a
+                    } else if a.is_nan() {
+                        x
+                    } else {
+                        a.min(x)
+                    }),
+                    NanMax => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
+                        a
+                    } else if a.is_nan() {
+                        x
+                    } else {
+                        a.max(x)
+                    }),
+                    _ => return Err(Error::internal("float fold")),
                 }
-                Prod => fold!(acc, v, |a: f64, x: f64| a * x),
-                Min => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.min(x)
-                }),
-                Max => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(x)
-                }),
-                NanMin => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
-                    a
-                } else if a.is_nan() {
-                    x
-                } else {
-                    a.min(x)
-                }),
-                NanMax => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
-                    a
-                } else if a.is_nan() {
-                    x
-                } else {
-                    a.max(x)
-                }),
-                _ => return Err(Error::internal("float fold")),
-            },
-            (State::F(acc), Reg::I(v)) if func == NanMean => {
+            }
+            (State::F(buf), Reg::I(v)) if func == NanMean => {
+                let acc = buf.as_slice_mut::<f64>()?;
                 fold!(acc, v, |a: f64, x: i64| a + x as f64)
             }
-            (State::F(acc), Reg::U(v)) if func == NanMean => {
+            (State::F(buf), Reg::U(v)) if func == NanMean => {
+                let acc = buf.as_slice_mut::<f64>()?;
                 fold!(acc, v, |a: f64, x: u64| a + x as f64)
             }
             (State::C(acc), Reg::C(v)) => match func {
@@ -344,43 +354,47 @@ impl Accumulator {
             }
         }
         match (&mut self.state, &other.state) {
-            (State::F(a), State::F(b)) => match func {
-                Sum | Mean | NanSum | NanMean => each(a, b, |x, y| x + y),
-                Prod => each(a, b, |x, y| x * y),
-                Min => each(a, b, |x: f64, y: f64| {
-                    if x.is_nan() || y.is_nan() {
-                        f64::NAN
-                    } else {
-                        x.min(y)
-                    }
-                }),
-                Max => each(a, b, |x: f64, y: f64| {
-                    if x.is_nan() || y.is_nan() {
-                        f64::NAN
-                    } else {
-                        x.max(y)
-                    }
-                }),
-                NanMin => each(a, b, |x: f64, y: f64| {
-                    if y.is_nan() {
-                        x
-                    } else if x.is_nan() {
-                        y
-                    } else {
-                        x.min(y)
-                    }
-                }),
-                NanMax => each(a, b, |x: f64, y: f64| {
-                    if y.is_nan() {
-                        x
-                    } else if x.is_nan() {
-                        y
-                    } else {
-                        x.max(y)
-                    }
-                }),
-                _ => return Err(Error::internal("float merge")),
-            },
+            (State::F(ab), State::F(bb)) => {
+                let a = ab.as_slice_mut::<f64>()?;
+                let b = bb.as_slice::<f64>()?;
+                match func {
+                    Sum | Mean | NanSum | NanMean => each(a, b, |x, y| x + y),
+                    Prod => each(a, b, |x, y| x * y),
+                    Min => each(a, b, |x: f64, y: f64| {
+                        if x.is_nan() || y.is_nan() {
+                            f64::NAN
+                        } else {
+                            x.min(y)
+                        }
+                    }),
+                    Max => each(a, b, |x: f64, y: f64| {
+                        if x.is_nan() || y.is_nan() {
+                            f64::NAN
+                        } else {
+                            x.max(y)
+                        }
+                    }),
+                    NanMin => each(a, b, |x: f64, y: f64| {
+                        if y.is_nan() {
+                            x
+                        } else if x.is_nan() {
+                            y
+                        } else {
+                            x.min(y)
+                        }
+                    }),
+                    NanMax => each(a, b, |x: f64, y: f64| {
+                        if y.is_nan() {
+                            x
+                        } else if x.is_nan() {
+                            y
+                        } else {
+                            x.max(y)
+                        }
+                    }),
+                    _ => return Err(Error::internal("float merge")),
+                }
+            }
             (State::C(a), State::C(b)) => match func {
                 Prod => each(a, b, |x, y| x * y),
                 _ => each(a, b, |x, y| x + y),
@@ -476,10 +490,13 @@ impl Accumulator {
         use ReduceFunc::*;
         let func = self.func;
         let reg = match self.state {
-            State::F(v) => match func {
-                Mean | NanMean => Reg::F(v.into_iter().map(|s| s / count as f64).collect()),
-                _ => Reg::F(v),
-            },
+            State::F(buf) => {
+                let v = buf.as_slice::<f64>()?;
+                match func {
+                    Mean | NanMean => Reg::F(v.iter().map(|s| s / count as f64).collect()),
+                    _ => Reg::F(v.to_vec()),
+                }
+            }
             State::C(v) => match func {
                 Mean => Reg::C(v.into_iter().map(|s| s / count as f64).collect()),
                 _ => Reg::C(v),

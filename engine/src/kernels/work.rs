@@ -11,9 +11,9 @@ use crate::array::{Buffer, DType};
 use crate::error::Result;
 use crate::plan::Scalar;
 
-/// Tile length in elements: registers of f64 are 16 KiB, so a fused expression's registers
-/// stay in L1/L2.
-pub const TILE: usize = 2048;
+/// Tile length in elements: an f64 register is 8 KiB, so the registers of a short fused
+/// expression stay in L1.
+pub const TILE: usize = 1024;
 
 /// Which working type a dtype computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
