@@ -516,20 +516,7 @@ impl Accumulator {
             State::NanMeanC(s, c) => {
                 Reg::C(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect())
             }
-            State::WelfordC(n, _, m2) => Reg::F(
-                n.into_iter()
-                    .zip(m2)
-                    .map(|(n, m2)| {
-                        let v = m2 / (n - ddof).max(0.0);
-                        if func == Std {
-                            v.sqrt()
-                        } else {
-                            v
-                        }
-                    })
-                    .collect(),
-            ),
-            State::Welford(n, _, m2) => Reg::F(
+            State::Welford(n, _, m2) | State::WelfordC(n, _, m2) => Reg::F(
                 n.into_iter()
                     .zip(m2)
                     .map(|(n, m2)| {

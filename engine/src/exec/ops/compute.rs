@@ -56,26 +56,23 @@ struct ComputeProcessor {
     out: Arc<ZarrArray>,
     chunks: Vec<Vec<u64>>,
     assembler: Assembler,
+    /// Batches that carry reads; the batches after them encode output chunks.
+    read_batches: usize,
+    /// Output chunks encoded per encode batch.
+    per_encode: usize,
+    /// The block's values, once computed.
+    values: Option<Buffer>,
 }
 
-impl Processor for ComputeProcessor {
-    fn process(
-        &mut self,
-        _batch: usize,
-        data: Vec<Option<crate::store::Value>>,
-        ctx: &mut TaskContext,
-    ) -> Result<Vec<WriteOp>> {
-        self.assembler.accept(data, &self.arrays, ctx)?;
-        Ok(Vec::new())
-    }
-
-    fn finish(mut self: Box<Self>, _ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+impl ComputeProcessor {
+    /// Evaluates the fused program over the block (or takes the leaf itself for a copy).
+    fn compute_values(&mut self) -> Result<Buffer> {
         let region = self.assembler.region().clone();
         let dtype = self.out.dtype();
         let plain = self.fused.program.as_single_load().filter(|&l| {
             self.fused.leaves[l].view.is_identity() && self.fused.leaves[l].dtype == dtype
         });
-        let values = match plain {
+        Ok(match plain {
             Some(l) => {
                 let _ = self.assembler.leaf_inputs(&self.arrays);
                 self.assembler
@@ -88,19 +85,25 @@ impl Processor for ComputeProcessor {
                 eval_into(&self.fused.program, &leaves, &region.shape, &mut out)?;
                 out
             }
-        };
+        })
+    }
+
+    /// Encodes output chunks `chunks` of the block (in parallel).
+    fn encode(&self, values: &Buffer, chunks: &[Vec<u64>]) -> Result<Vec<WriteOp>> {
+        let region = self.assembler.region();
+        let dtype = self.out.dtype();
         let out = &self.out;
-        self.chunks
+        chunks
             .par_iter()
             .map(|idx| {
                 let chunk_region = out.grid().chunk_region(idx);
-                let encoded = if chunk_region == region {
-                    out.encode_chunk(idx, &values)?
+                let encoded = if chunk_region == *region {
+                    out.encode_chunk(idx, values)?
                 } else {
                     let mut c = Buffer::zeros(dtype, chunk_region.len() as usize);
                     copy_region(
                         values.bytes(),
-                        &region,
+                        region,
                         c.bytes_mut(),
                         &chunk_region,
                         &chunk_region,
@@ -115,6 +118,35 @@ impl Processor for ComputeProcessor {
                 })
             })
             .collect()
+    }
+}
+
+impl Processor for ComputeProcessor {
+    fn process(
+        &mut self,
+        batch: usize,
+        data: Vec<Option<crate::store::Value>>,
+        ctx: &mut TaskContext,
+    ) -> Result<Vec<WriteOp>> {
+        if batch < self.read_batches {
+            self.assembler.accept(data, &self.arrays, ctx)?;
+            return Ok(Vec::new());
+        }
+        // Encode batches: their writes start while the next batch is encoded.
+        let values = match self.values.take() {
+            Some(v) => v,
+            None => self.compute_values()?,
+        };
+        let k = batch - self.read_batches;
+        let start = (k * self.per_encode).min(self.chunks.len());
+        let end = (start + self.per_encode).min(self.chunks.len());
+        let writes = self.encode(&values, &self.chunks[start..end]);
+        self.values = Some(values);
+        writes
+    }
+
+    fn finish(self: Box<Self>, _ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+        Ok(Vec::new())
     }
 }
 
@@ -136,7 +168,11 @@ pub fn tasks(
             let ops: Vec<ReadOp> = read.read_ops(&arrays);
             let per_chunk = (read.chunk_bytes(&arrays) / ops.len().max(1) as u64).max(1);
             let per_batch = (batch_limit_bytes / per_chunk).max(1) as usize;
-            let batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
+            let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
+            let read_batches = batches.len();
+            // Encoding is split in batches of a few chunks per thread so writes overlap it.
+            let per_encode = (2 * rayon::current_num_threads()).max(1);
+            batches.extend((0..chunks.len().div_ceil(per_encode)).map(|_| Vec::new()));
             let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
             let out_bytes = region.len() * out.dtype().size() as u64;
             let plain = fused.program.as_single_load().is_some_and(|l| {
@@ -159,6 +195,9 @@ pub fn tasks(
                     out: out.clone(),
                     chunks,
                     assembler: Assembler::new(read),
+                    read_batches,
+                    per_encode,
+                    values: None,
                 }),
             }
         })
