@@ -74,11 +74,12 @@ impl Fused {
         }
     }
 
-    /// When the value is a plain copy of one material through an identity view, that material.
-    pub fn as_plain_material(&self) -> Option<MatId> {
+    /// When the value is a plain copy of one leaf through an identity view, already of
+    /// `dtype`, that leaf: its decoded buffer can serve as the output as it is.
+    pub fn plain_leaf(&self, dtype: DType) -> Option<usize> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
-        l.view.is_identity().then_some(l.mat)
+        (l.view.is_identity() && l.dtype == dtype).then_some(leaf)
     }
 
     /// Appends a cast to `to` unless the value already has that dtype.

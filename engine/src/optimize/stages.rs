@@ -366,7 +366,7 @@ fn plan_copy(
         .map(|l| l.dtype.size() as u64)
         .sum::<u64>()
         .max(1);
-    let plain = src.as_plain_material().is_some() && src.dtype() == materials[out].dtype;
+    let plain = src.plain_leaf(materials[out].dtype).is_some();
     let in_chunk_bytes = src.grid.chunk_shape().iter().product::<u64>().max(1) * in_itemsize;
     let batch = opts.batch_bytes.max(in_chunk_bytes);
     let limit = opts.budget;

@@ -69,10 +69,7 @@ impl ComputeProcessor {
     fn compute_values(&mut self) -> Result<Buffer> {
         let region = self.assembler.region().clone();
         let dtype = self.out.dtype();
-        let plain = self.fused.program.as_single_load().filter(|&l| {
-            self.fused.leaves[l].view.is_identity() && self.fused.leaves[l].dtype == dtype
-        });
-        Ok(match plain {
+        Ok(match self.fused.plain_leaf(dtype) {
             Some(l) => {
                 let _ = self.assembler.leaf_inputs(&self.arrays);
                 self.assembler
@@ -175,9 +172,7 @@ pub fn tasks(
             batches.extend((0..chunks.len().div_ceil(per_encode)).map(|_| Vec::new()));
             let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
             let out_bytes = region.len() * out.dtype().size() as u64;
-            let plain = fused.program.as_single_load().is_some_and(|l| {
-                fused.leaves[l].view.is_identity() && fused.leaves[l].dtype == out.dtype()
-            });
+            let plain = fused.plain_leaf(out.dtype()).is_some();
             let memory = crate::optimize::stages::compute_task_bytes(
                 read.leaf_bytes(&arrays),
                 out_bytes,
