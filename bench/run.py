@@ -31,11 +31,9 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,38 +65,21 @@ class Proc:
     wall: float
 
 
+def _load_rss_exec() -> Any:
+    spec = importlib.util.spec_from_file_location("rss_exec", RSS_EXEC)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {RSS_EXEC}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_child(argv: list[str], timeout: float = 3600.0) -> Proc:
     """Run one child under scripts/rss_exec.py: peak RSS is ru_maxrss of exactly that command
     (os.wait4 in a tiny launcher; measured from this process, a child's ru_maxrss would start at
     this driver's own RSS)."""
-    fd, report = tempfile.mkstemp(suffix=".json", prefix="rss-")
-    os.close(fd)
-    command = [sys.executable, "-S", str(RSS_EXEC), report, *argv]
-    try:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.perf_counter()
-            proc = subprocess.Popen(
-                command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-            try:
-                returncode = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                returncode = proc.wait()
-            wall = time.perf_counter() - start
-            measured = json.loads(Path(report).read_text() or "{}")
-            out.seek(0)
-            err.seek(0)
-            return Proc(
-                argv,
-                int(measured.get("returncode", returncode)),
-                out.read().decode(errors="replace"),
-                err.read().decode(errors="replace"),
-                int(measured.get("maxrss_kib", 0)) * 1024,
-                wall,
-            )
-    finally:
-        Path(report).unlink(missing_ok=True)
+    m = _load_rss_exec().run_measured(argv, timeout)
+    return Proc(argv, m.returncode, m.stdout, m.stderr, m.peak_rss, m.wall)
 
 
 @dataclass

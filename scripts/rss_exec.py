@@ -11,6 +11,9 @@ records its high-water mark), so a command spawned from pytest or a benchmark dr
 hundreds of MB reports at least that much. This helper imports only ``os``, ``json``, ``signal``
 and ``sys`` (run it with ``-S``), so what it adds is a few MiB, the same for every measurement,
 and it cancels out against a baseline measured the same way.
+
+Drivers (the benchmark, the test suite) import ``run_measured`` from here rather than spawning
+the launcher themselves; its imports are local so the launcher itself stays small.
 """
 
 from __future__ import annotations
@@ -20,6 +23,74 @@ import os
 import signal
 import sys
 from types import FrameType
+
+
+class Measured:
+    """What ``run_measured`` saw of one command."""
+
+    def __init__(
+        self,
+        returncode: int,
+        stdout: str,
+        stderr: str,
+        peak_rss: int,
+        wall: float,
+        timed_out: bool,
+    ) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.peak_rss = peak_rss  # bytes; 0 when not measured
+        self.wall = wall  # seconds
+        self.timed_out = timed_out
+
+
+def run_measured(argv: list[str], timeout: float, measure_rss: bool = True) -> Measured:
+    """Run ``argv`` (under this launcher when ``measure_rss``), its output in temporary files so
+    nothing blocks on full pipes; a command past ``timeout`` seconds is killed with its group."""
+    import subprocess
+    import tempfile
+    import time
+    from pathlib import Path
+
+    report = None
+    command = argv
+    if measure_rss:
+        fd, report = tempfile.mkstemp(suffix=".json", prefix="rss-")
+        os.close(fd)
+        command = [sys.executable, "-S", os.path.abspath(__file__), report, *argv]
+    try:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+            timed_out = False
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                returncode = proc.wait()
+                timed_out = True
+            wall = time.perf_counter() - start
+            peak = 0
+            if report is not None:
+                measured = json.loads(Path(report).read_text() or "{}")
+                returncode = int(measured.get("returncode", returncode))
+                peak = int(measured.get("maxrss_kib", 0)) * 1024
+            out.seek(0)
+            err.seek(0)
+            return Measured(
+                returncode,
+                out.read().decode(errors="replace"),
+                err.read().decode(errors="replace"),
+                peak,
+                wall,
+                timed_out,
+            )
+    finally:
+        if report is not None:
+            os.unlink(report)
 
 
 def main(argv: list[str]) -> int:

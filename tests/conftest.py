@@ -10,15 +10,13 @@ Fixtures are session scoped so that hypothesis tests may use them.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,47 +125,23 @@ def run_measured(
     ``peak_rss`` is 0. stdout/stderr go to temporary files, so nothing blocks on full pipes.
     """
     argv = [str(a) for a in args]
-    report = None
-    command = argv
-    if measure_rss:
-        fd, report = tempfile.mkstemp(suffix=".json", prefix="rss-")
-        os.close(fd)
-        command = [sys.executable, "-S", str(RSS_EXEC), report, *argv]
-    try:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.perf_counter()
-            proc = subprocess.Popen(
-                command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-            try:
-                returncode = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                err.seek(0)
-                raise AssertionError(
-                    f"timed out after {timeout}s: {' '.join(argv)}\n"
-                    f"stderr:\n{err.read().decode(errors='replace')[-4000:]}"
-                ) from None
-            wall = time.perf_counter() - start
-            peak = 0
-            if report is not None:
-                measured = json.loads(Path(report).read_text() or "{}")
-                returncode = int(measured.get("returncode", returncode))
-                peak = int(measured.get("maxrss_kib", 0)) * 1024
-            out.seek(0)
-            err.seek(0)
-            return CliResult(
-                args=argv,
-                returncode=returncode,
-                stdout=out.read().decode(errors="replace"),
-                stderr=err.read().decode(errors="replace"),
-                peak_rss=peak,
-                wall_seconds=wall,
-            )
-    finally:
-        if report is not None:
-            Path(report).unlink(missing_ok=True)
+    spec = importlib.util.spec_from_file_location("rss_exec", RSS_EXEC)
+    assert spec is not None and spec.loader is not None, f"cannot load {RSS_EXEC}"
+    rss_exec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rss_exec)
+    m = rss_exec.run_measured(argv, timeout, measure_rss)
+    if m.timed_out:
+        raise AssertionError(
+            f"timed out after {timeout}s: {' '.join(argv)}\nstderr:\n{m.stderr[-4000:]}"
+        )
+    return CliResult(
+        args=argv,
+        returncode=m.returncode,
+        stdout=m.stdout,
+        stderr=m.stderr,
+        peak_rss=m.peak_rss,
+        wall_seconds=m.wall,
+    )
 
 
 def check_summary(summary: Mapping[str, Any]) -> None:
