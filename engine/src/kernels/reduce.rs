@@ -42,7 +42,6 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct Accumulator {
     func: ReduceFunc,
-    compute: DType,
     state: State,
 }
 
@@ -112,11 +111,7 @@ impl Accumulator {
                 ))
             }
         };
-        Ok(Accumulator {
-            func,
-            compute,
-            state,
-        })
+        Ok(Accumulator { func, state })
     }
 
     /// Bytes of state per element, for memory projections.
@@ -550,7 +545,6 @@ impl Accumulator {
             super::work::store(&converted, n, &mut out, start)?;
             start += n;
         }
-        let _ = self.compute;
         Ok(out)
     }
 }
