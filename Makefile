@@ -13,7 +13,7 @@ BIN := target/release/chunkfuse
 export CHUNKFUSE_BIN := $(CURDIR)/$(BIN)
 export CHUNKFUSE_ZARR2_PYTHON := $(CURDIR)/$(ZARR2_VENV)/bin/python
 
-.PHONY: all build develop venv test test-rust test-python lint fmt demo bench clean
+.PHONY: all build develop venv graphviz test test-rust test-python test-cubed lint fmt demo bench clean
 
 all: develop
 
@@ -50,7 +50,22 @@ lint:
 	$(CARGO) clippy --release --all-targets --workspace -- -D warnings
 	$(VENV)/bin/ruff check python tests scripts bench examples
 
-test: develop test-rust test-python
+# Cubed's visualize tests need graphviz's `dot` (a Debian package).
+graphviz:
+	@command -v dot >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	  else echo "graphviz is missing (apt-get install graphviz): Cubed's visualize tests will fail"; fi; }
+
+# Cubed's and cubed-xarray's own test suites, with RustExecutor as every executor. They run in
+# a scratch directory because some of their tests write files into the current one.
+CUBED_SUITE := PYTHONPATH=$(CURDIR)/tests/cubed_suite $(CURDIR)/$(PY) -m pytest \
+	-p cubed_rust_plugin -q -p no:cacheprovider
+test-cubed: develop graphviz
+	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed.tests -W error::UserWarning
+	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed_xarray.tests
+
+test: develop test-rust test-python test-cubed
 
 demo: develop
 	$(PY) scripts/demo.py

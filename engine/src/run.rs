@@ -349,6 +349,7 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Plan {
                         codec: r.codec.clone(),
                         zarr_format: r.zarr_format,
                         overwrite: true,
+                        existing: false,
                     },
                 },
                 field: "target".into(),
@@ -484,6 +485,7 @@ pub fn codec_floor(
             zarr_format: 3,
             fill: None,
             overwrite: true,
+            existing: false,
         };
         let target = ZarrArray::create(
             crate::store::memory::MemoryStore::named("codec-floor"),

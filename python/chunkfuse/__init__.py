@@ -12,7 +12,7 @@ from typing import Any
 
 from chunkfuse import _engine
 
-__all__ = ["__version__", "engine_version", "run_plan"]
+__all__ = ["RustExecutor", "__version__", "engine_version", "run_plan"]
 
 __version__: str = _engine.version()
 
@@ -28,8 +28,22 @@ def run_plan(
     *,
     max_mem: int | None = None,
     threads: int = 0,
+    work_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Validate and run a plan (JSON text or a dict); return the run summary."""
+    """Validate and run a plan (JSON text or a dict); return the run summary.
+
+    `work_dir` is where multi-stage intermediates go (the system temporary directory by
+    default). Ctrl-C cancels the run and raises KeyboardInterrupt.
+    """
     text = plan if isinstance(plan, str) else json.dumps(plan)
-    summary = _engine.run_plan(text, dict(params or {}), max_mem, threads)
+    summary = _engine.run_plan(text, dict(params or {}), max_mem, threads, work_dir)
     return json.loads(summary)
+
+
+def __getattr__(name: str) -> Any:
+    # RustExecutor needs cubed; import it only when asked for.
+    if name == "RustExecutor":
+        from chunkfuse.cubed import RustExecutor
+
+        return RustExecutor
+    raise AttributeError(f"module 'chunkfuse' has no attribute {name!r}")

@@ -278,6 +278,7 @@ fn target_material(graph: &Graph, node_idx: usize, materials: &mut Vec<Material>
                 zarr_format: spec.zarr_format,
                 fill: None,
                 overwrite: spec.overwrite,
+                existing: spec.existing,
             },
         },
     });
@@ -313,6 +314,7 @@ fn intermediate(
                 zarr_format: 3,
                 fill: None,
                 overwrite: true,
+                existing: false,
             },
         },
     });

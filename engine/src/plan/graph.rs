@@ -10,7 +10,7 @@ use crate::array::dtype::{Kind, Operand};
 use crate::array::{AxisChunks, ChunkGrid, DType};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::open_store;
-use crate::zarr::ZarrArray;
+use crate::zarr::{ArraySpec, ZarrArray};
 use crate::{plan_bail, plan_ensure};
 
 /// Index of a node in [`Graph::nodes`].
@@ -483,13 +483,16 @@ fn type_expr(expr: &Expr, inputs: &[DType], path: &str) -> Result<(TExpr, Typed)
         Expr::AsType(d, arg) => {
             let (t, ty) = type_expr(arg, inputs, &format!("{path}.args[0]"))?;
             let t = concretize(t, ty, ty.dtype(), &format!("{path}.args[0]"))?;
-            Ok((
+            // A cast to the dtype it already has is no cast: a plain copy stays a plain copy.
+            let t = if t.dtype() == *d {
+                t
+            } else {
                 TExpr::Cast {
                     to: *d,
                     arg: Box::new(t),
-                },
-                Operand::Strong(*d),
-            ))
+                }
+            };
+            Ok((t, Operand::Strong(*d)))
         }
         Expr::Call(func, args) => {
             let typed = args
@@ -796,6 +799,13 @@ fn write(
 ) -> Result<Node> {
     let src = &nodes[input];
     let rank = src.shape.len();
+    let existing_spec;
+    let spec = if spec.existing {
+        existing_spec = existing_target(src, &field, spec)?;
+        &existing_spec
+    } else {
+        spec
+    };
     let chunks: Vec<u64> = match &spec.chunks {
         Some(c) => {
             plan_ensure!(
@@ -838,7 +848,7 @@ fn write(
         None => chunks.clone(),
     };
     let target = spec.target.strip_prefix("file://").unwrap_or(&spec.target);
-    if !spec.overwrite {
+    if !spec.overwrite && !spec.existing {
         let p = std::path::Path::new(target);
         plan_ensure!(
             !p.join("zarr.json").exists() && !p.join(".zarray").exists(),
@@ -868,6 +878,32 @@ fn write(
             .map_err(|e| e.with_field(format!("{field}.chunks")))?,
         kind: NodeKind::Write { input, spec },
     })
+}
+
+/// The write spec for writing into the array already at `spec.target`: its chunks and format,
+/// after checking that it can hold `src`.
+fn existing_target(src: &Node, field: &str, spec: &WriteSpec) -> Result<WriteSpec> {
+    let store = open_store(&spec.target, 1).map_err(|e| e.with_field(format!("{field}.target")))?;
+    let arr = ZarrArray::open(store).map_err(|e| e.with_field(format!("{field}.target")))?;
+    let info = arr.info();
+    let want = ArraySpec {
+        shape: src.shape.clone(),
+        dtype: src.dtype,
+        chunks: info.chunks.clone(),
+        shards: None,
+        codec: spec.codec.clone(),
+        zarr_format: info.zarr_format,
+        fill: None,
+        overwrite: false,
+        existing: true,
+    };
+    arr.check_matches(&want)
+        .map_err(|e| e.with_field(format!("{field}.target")))?;
+    let mut out = spec.clone();
+    out.chunks = Some(info.chunks.clone());
+    out.shards = None;
+    out.zarr_format = info.zarr_format;
+    Ok(out)
 }
 
 #[cfg(test)]

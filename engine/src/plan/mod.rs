@@ -145,6 +145,9 @@ pub struct WriteSpec {
     pub zarr_format: u8,
     /// Replace an existing array at the target.
     pub overwrite: bool,
+    /// Write into the array already at the target, keeping its metadata (chunks, codecs,
+    /// fill value, attributes): for arrays made by other tools (xarray, Cubed).
+    pub existing: bool,
 }
 
 /// An operation.

@@ -302,7 +302,18 @@ fn op(o: &Obj) -> Result<Op> {
                 "codec",
                 "zarr_format",
                 "overwrite",
+                "existing",
             ])?;
+            let existing = o.opt_bool("existing", false)?;
+            if existing {
+                for key in ["chunks", "shards", "codec", "zarr_format", "overwrite"] {
+                    plan_ensure!(
+                        o.get(key).is_none(),
+                        o.at(key),
+                        "\"{key}\" cannot be given with \"existing\": the existing array's is used"
+                    );
+                }
+            }
             let codec = match o.get("codec") {
                 None => Codec::default(),
                 Some(v) => codec(v, &o.at("codec"))?,
@@ -330,6 +341,7 @@ fn op(o: &Obj) -> Result<Op> {
                     codec,
                     zarr_format,
                     overwrite: o.opt_bool("overwrite", true)?,
+                    existing,
                 },
             }
         }

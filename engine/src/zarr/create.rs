@@ -167,6 +167,9 @@ pub struct ArraySpec {
     pub fill: Option<Vec<u8>>,
     /// Replace an existing array.
     pub overwrite: bool,
+    /// Open the array already there (its shape, dtype and chunks must match) instead of
+    /// creating one.
+    pub existing: bool,
 }
 
 fn fill_json(dtype: DType, fill: &[u8]) -> Value {

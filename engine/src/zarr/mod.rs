@@ -388,9 +388,46 @@ impl ZarrArray {
         Ok(Some(encoded.into_owned()))
     }
 
+    /// Checks that this (existing) array has the shape, dtype and chunks `spec` asks for and is
+    /// not sharded, so tasks planned for `spec` may write its chunks.
+    pub fn check_matches(&self, spec: &ArraySpec) -> Result<()> {
+        let info = self.info();
+        let problem = if self.shape() != spec.shape {
+            Some(format!(
+                "its shape is {:?}, not {:?}",
+                self.shape(),
+                spec.shape
+            ))
+        } else if self.dtype() != spec.dtype {
+            Some(format!("its dtype is {}, not {}", self.dtype(), spec.dtype))
+        } else if info.shards.is_some() {
+            Some("it is sharded; writing into an existing sharded array is not supported".into())
+        } else if info.chunks != spec.chunks {
+            Some(format!(
+                "its chunks are {:?}, not {:?}",
+                info.chunks, spec.chunks
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => Err(Error::new(
+                ErrorKind::Plan,
+                format!("cannot write into the existing array: {p}"),
+            )
+            .with_store(self.url())),
+            None => Ok(()),
+        }
+    }
+
     /// Creates (or replaces, when `spec.overwrite`) an array in `store` and writes its metadata.
     pub fn create(store: Arc<dyn Store>, spec: &ArraySpec) -> Result<Self> {
         let url = store.url().to_string();
+        if spec.existing && metadata::exists(store.as_ref())? {
+            let array = Self::open(store)?;
+            array.check_matches(spec)?;
+            return Ok(array);
+        }
         let (doc, key) = create::metadata_document(spec).map_err(|e| e.with_store(&url))?;
         let metadata = metadata::parse(&doc, &key).map_err(|e| e.with_store(&url))?;
         let raw: serde_json::Value = serde_json::from_slice(&doc)

@@ -11,6 +11,7 @@ fn spec(shards: Option<Vec<u64>>, zarr_format: u8) -> ArraySpec {
         zarr_format,
         fill: Some(1.5f32.to_ne_bytes().to_vec()),
         overwrite: true,
+        existing: false,
     }
 }
 
@@ -86,4 +87,34 @@ fn corrupt_chunk_names_key_and_store() {
     assert_eq!(e.kind, ErrorKind::Corrupt);
     assert_eq!(e.context.chunk_key.as_deref(), Some("c/0/1"));
     assert!(e.context.store.is_some());
+}
+
+#[test]
+fn existing_arrays_are_opened_with_their_own_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
+    let mut made = spec(None, 3);
+    made.codec = Codec::Gzip { level: 1 };
+    ZarrArray::create(store.clone(), &made).unwrap();
+
+    // Asked to write into it with another codec: the array keeps its gzip and fill value.
+    let mut into = spec(None, 3);
+    into.existing = true;
+    into.overwrite = false;
+    let arr = ZarrArray::create(store.clone(), &into).unwrap();
+    assert!(arr.info().codecs.iter().any(|c| c.contains("gzip")));
+    assert_eq!(arr.fill_bytes(), &1.5f32.to_ne_bytes());
+
+    // A different shape, dtype or chunking is refused, naming the store.
+    for change in [
+        |s: &mut ArraySpec| s.shape = vec![5, 8],
+        |s: &mut ArraySpec| s.dtype = DType::F64,
+        |s: &mut ArraySpec| s.chunks = vec![5, 7],
+    ] {
+        let mut wrong = into.clone();
+        change(&mut wrong);
+        let err = ZarrArray::create(store.clone(), &wrong).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Plan, "{err}");
+        assert!(err.to_string().contains("existing array"), "{err}");
+    }
 }

@@ -1,0 +1,209 @@
+"""`RustExecutor`: Cubed's executor interface over the chunkfuse engine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import psutil
+from cubed.runtime.types import Callback, DagExecutor, TaskEndEvent
+from cubed.runtime.utils import handle_operation_end_callbacks, handle_operation_start_callbacks
+from cubed.spec import Spec
+
+import chunkfuse
+from chunkfuse.cubed.python_ops import run_python_op
+from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, translate
+
+log = logging.getLogger("chunkfuse.cubed")
+
+#: Engine budget when Cubed's spec gives none (Cubed's own default allowed_mem is 2 GB).
+DEFAULT_ALLOWED_MEM = 2_000_000_000
+
+
+@dataclass
+class ExecutionStats:
+    """What the last `execute_dag` did: which ops ran natively, which in Python, and why."""
+
+    native_ops: list[str] = field(default_factory=list)
+    python_ops: dict[str, str] = field(default_factory=dict)
+    native_tasks: int = 0
+    python_tasks: int = 0
+    engine_runs: int = 0
+    arrays_written: int = 0
+    max_mem: int = 0
+
+
+class RustExecutor(DagExecutor):
+    """Runs Cubed plans on the chunkfuse engine.
+
+    Options (here or as `compute(...)` keywords): `max_workers` (compute threads; default all
+    cores), `max_mem` (the engine's memory budget in bytes; default `max_workers ×
+    (spec.allowed_mem − spec.reserved_mem)`), `device` (`"cpu"`).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.last_stats = ExecutionStats()
+
+    @property
+    def name(self) -> str:
+        return "rust"
+
+    def execute_dag(
+        self,
+        dag: nx.MultiDiGraph,
+        callbacks: Sequence[Callback] | None = None,
+        spec: Spec | None = None,
+        compute_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        options = {**self.kwargs, **kwargs}
+        device = options.get("device", "cpu")
+        if device != "cpu":
+            raise ValueError(f"RustExecutor: device {device!r} is not available (only 'cpu')")
+        workers = int(options.get("max_workers") or os.cpu_count() or 1)
+        if workers < 1:
+            raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
+        max_mem = _engine_budget(spec, workers, options.get("max_mem"))
+        stats = ExecutionStats(max_mem=max_mem)
+        self.last_stats = stats
+        work_dir = getattr(spec, "work_dir", None) if spec is not None else None
+        stage_dir = tempfile.mkdtemp(prefix="chunkfuse-", dir=_local_dir(work_dir))
+        try:
+            t = translate(dag, stage_dir, _requested_arrays())
+            _Run(t, dag, callbacks, workers, max_mem, stats, stage_dir).execute()
+        finally:
+            shutil.rmtree(stage_dir, ignore_errors=True)
+
+
+def _local_dir(work_dir: Any) -> str | None:
+    if isinstance(work_dir, str) and "://" not in work_dir:
+        os.makedirs(work_dir, exist_ok=True)
+        return work_dir
+    return None
+
+
+def _engine_budget(spec: Spec | None, workers: int, max_mem: Any) -> int:
+    """The engine's budget; refuses a budget the machine cannot hold (as Cubed's executors do)."""
+    total = psutil.virtual_memory().total
+    if max_mem is not None:
+        budget = int(max_mem)
+        if budget > total:
+            raise ValueError(
+                f"RustExecutor: max_mem ({budget}) is more than the machine's memory ({total})"
+            )
+        return budget
+    allowed = getattr(spec, "allowed_mem", None) or DEFAULT_ALLOWED_MEM
+    reserved = getattr(spec, "reserved_mem", None) or 0
+    if allowed * workers > total:
+        raise ValueError(
+            f"Total memory on machine ({total}) is less than allowed_mem * max_workers "
+            f"({allowed} * {workers} = {allowed * workers})"
+        )
+    # One process holds every worker's share; the interpreter's reserve is counted once.
+    return max(allowed - reserved, 1) * workers
+
+
+def _requested_arrays() -> set[str] | None:
+    """Names of the arrays `compute()` returns, from Cubed's `FinalizedPlan.execute` frame.
+
+    Cubed does not pass them to executors; without them every op output counts as requested
+    (correct, but partial reductions then run in Python).
+    """
+    from cubed.core.plan import FinalizedPlan
+
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, FinalizedPlan):
+            return set(owner.array_names)
+        frame = frame.f_back
+    return None
+
+
+class _Run:
+    """One execution: ops in topological order, native ones batched into engine runs."""
+
+    def __init__(
+        self,
+        t: Translation,
+        dag: nx.MultiDiGraph,
+        callbacks: Sequence[Callback] | None,
+        workers: int,
+        max_mem: int,
+        stats: ExecutionStats,
+        work_dir: str,
+    ) -> None:
+        self.t = t
+        self.dag = dag
+        self.callbacks = list(callbacks or [])
+        self.workers = workers
+        self.max_mem = max_mem
+        self.stats = stats
+        self.work_dir = work_dir
+        self.pending: list[tuple[str, dict[str, Any]]] = []
+
+    def execute(self) -> None:
+        for name, node in self.t.ops:
+            if name == CREATE_ARRAYS:
+                self._python(name, node)
+            elif self.t.native.get(name):
+                self.pending.append((name, node))
+            else:
+                self._flush()
+                self.stats.python_ops[name] = self.t.reasons.get(name, "")
+                self._python(name, node)
+        self._flush()
+
+    def _python(self, name: str, node: dict[str, Any]) -> None:
+        handle_operation_start_callbacks(self.callbacks, name)
+        n = run_python_op(name, node, self.callbacks, self.workers)
+        if name != CREATE_ARRAYS:
+            self.stats.python_tasks += n
+        handle_operation_end_callbacks(self.callbacks, name)
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        ops, self.pending = self.pending, []
+        writes = [w for name, _ in ops for w in self.t.writes.get(name, [])]
+        created = time.time()
+        for name, _ in ops:
+            handle_operation_start_callbacks(self.callbacks, name)
+        start = time.time()
+        if writes:
+            plan = self.t.builder.plan(
+                "cubed", [(w.symbol, w.url, w.chunks, w.codec) for w in writes]
+            )
+            log.debug("engine plan: %s", plan)
+            chunkfuse.run_plan(
+                plan, max_mem=self.max_mem, threads=self.workers, work_dir=self.work_dir
+            )
+            self.stats.engine_runs += 1
+            self.stats.arrays_written += len(writes)
+        end = time.time()
+        for name, node in ops:
+            num_tasks = node["primitive_op"].num_tasks
+            self.stats.native_ops.append(name)
+            self.stats.native_tasks += num_tasks
+            event = TaskEndEvent(
+                name=name,
+                num_tasks=num_tasks,
+                task_create_tstamp=created,
+                function_start_tstamp=start,
+                function_end_tstamp=end,
+                task_result_tstamp=time.time(),
+            )
+            for cb in self.callbacks:
+                cb.on_task_end(event)
+            handle_operation_end_callbacks(self.callbacks, name)

@@ -1,0 +1,247 @@
+"""Builds chunkfuse plan IR (docs/plan-ir.md) from symbols, one node at a time.
+
+Nodes are kept by id; a plan for some writes takes exactly the nodes those writes depend on, so a
+symbol built early can be written in any later engine run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chunkfuse.cubed.symbols import Const, Full, NotNative, Partial
+
+#: numpy ufunc names the IR evaluates natively (numpy name -> IR name).
+UFUNCS: dict[str, str] = {
+    **{
+        n: n
+        for n in (
+            "negative sqrt exp log sin cos floor ceil logical_not add subtract multiply divide "
+            "floor_divide remainder power maximum minimum equal not_equal less less_equal "
+            "greater greater_equal logical_and logical_or logical_xor"
+        ).split()
+    },
+    "absolute": "abs",
+    "true_divide": "divide",
+}
+
+#: Reductions the IR runs in one streamed pass.
+REDUCTIONS = frozenset("sum prod min max mean var any all argmin argmax nanmean".split())
+
+#: dtypes the IR knows.
+DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "float32 float64 complex64 complex128".split()
+)
+
+
+def ir_dtype(dtype: Any) -> str:
+    """The IR name of a numpy dtype, or NotNative when the engine lacks it."""
+    d = np.dtype(dtype)
+    if d.fields is not None or d.name not in DTYPES or not d.isnative:
+        raise NotNative(f"dtype {d} has no native kernel")
+    return d.name
+
+
+def const_json(value: Any, dtype: np.dtype) -> dict[str, Any]:
+    """A typed IR constant for a numpy scalar."""
+    name = ir_dtype(dtype)
+    v = np.asarray(value, dtype=dtype).item()
+    if isinstance(v, complex):
+        return {"const": [_float(v.real), _float(v.imag)], "dtype": name}
+    if isinstance(v, float):
+        return {"const": _float(v), "dtype": name}
+    return {"const": v, "dtype": name}
+
+
+def _float(v: float) -> float | str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+class IrBuilder:
+    """Accumulates IR nodes and source arrays; assembles plans for sets of writes."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.sources: dict[str, str] = {}
+        self._source_ids: dict[str, str] = {}
+        self._squeezes: dict[str, tuple[Full, tuple[int, ...]]] = {}
+        self._count = 0
+
+    def _fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}.{self._count}"
+
+    def source(self, url: str, shape: tuple[int, ...], dtype: Any) -> Full:
+        """A stored Zarr array (one IR input per URL)."""
+        ir_dtype(dtype)
+        sid = self._source_ids.get(url)
+        if sid is None:
+            sid = self._fresh("src")
+            self._source_ids[url] = sid
+            self.sources[sid] = url
+        return Full(sid, tuple(shape), np.dtype(dtype))
+
+    def elementwise(
+        self, func: str, args: Sequence[Full | Const], shape: tuple[int, ...], dtype: Any
+    ) -> Full:
+        """`func(*args)` with numpy broadcasting, cast to `dtype` (Cubed's declared dtype)."""
+        inputs: list[str] = []
+        exprs: list[dict[str, Any]] = []
+        for a in args:
+            if isinstance(a, Const):
+                exprs.append(const_json(a.value, a.dtype))
+            else:
+                if a.root not in inputs:
+                    inputs.append(a.root)
+                exprs.append({"input": inputs.index(a.root)})
+        if not inputs:
+            raise NotNative(f"{func} of constants only")
+        expr: dict[str, Any] = {"op": func, "args": exprs}
+        return self._elementwise(inputs, expr, shape, dtype)
+
+    def astype(self, x: Full, dtype: Any) -> Full:
+        """`x` cast to `dtype`.
+
+        The symbol's dtype is Cubed's declared one, which the engine's own typing may not share
+        (a reduction's accumulator type, say), so the cast is always written down; the engine
+        drops a cast to the dtype a value already has.
+        """
+        node = self.nodes.get(x.root)
+        if node is not None and node["op"] == "elementwise" and x.dtype == np.dtype(dtype):
+            return x  # already ends in astype(dtype)
+        return self._elementwise([x.root], {"input": 0}, x.shape, dtype)
+
+    def _elementwise(
+        self, inputs: list[str], expr: dict[str, Any], shape: tuple[int, ...], dtype: Any
+    ) -> Full:
+        name = ir_dtype(dtype)
+        nid = self._fresh("ew")
+        self.nodes[nid] = {
+            "id": nid,
+            "op": "elementwise",
+            "inputs": inputs,
+            "expr": {"op": "astype", "dtype": name, "args": [expr]},
+        }
+        return Full(nid, tuple(shape), np.dtype(dtype))
+
+    def reduce(self, p: Partial, shape: tuple[int, ...], dtype: Any) -> Full:
+        """The whole reduction a complete partial state stands for."""
+        if not p.complete:
+            raise NotNative("an incomplete partial reduction has no native form")
+        if p.kind not in REDUCTIONS:
+            raise NotNative(f"reduction {p.kind} has no native kernel")
+        if any(p.base.shape[a] == 0 for a in p.axes):
+            raise NotNative("reduction over an empty axis")
+        nid = self._fresh("red")
+        op: dict[str, Any] = {
+            "id": nid,
+            "op": "reduce",
+            "input": p.base.root,
+            "func": p.kind,
+            "axes": list(p.axes),
+            "keepdims": p.keepdims,
+        }
+        if p.kind in ("sum", "prod") and p.dtype is not None:
+            op["dtype"] = ir_dtype(p.dtype)
+        if p.kind in ("var", "std"):
+            op["ddof"] = p.ddof
+        if p.kind in ("argmin", "argmax"):
+            if len(p.axes) != 1:
+                raise NotNative("arg reduction over several axes")
+            del op["axes"]
+            op["axis"] = p.axes[0]
+        self.nodes[nid] = op
+        kept = tuple(
+            1 if i in p.axes else n
+            for i, n in enumerate(p.base.shape)
+            if p.keepdims or i not in p.axes
+        )
+        out = Full(nid, kept, self._reduce_dtype(p))
+        if kept != tuple(shape):
+            raise NotNative(f"reduction shape {kept} differs from Cubed's {tuple(shape)}")
+        return self.astype(out, dtype)
+
+    @staticmethod
+    def _reduce_dtype(p: Partial) -> np.dtype:
+        base = p.base.dtype
+        if p.kind in ("argmin", "argmax"):
+            return np.dtype("int64")
+        if p.kind in ("any", "all"):
+            return np.dtype("bool")
+        if p.kind in ("sum", "prod"):
+            if p.dtype is not None:
+                return np.dtype(p.dtype)
+            return np.sum(np.zeros(1, dtype=base)).dtype
+        if p.kind in ("mean", "var", "nanmean") and base.kind in "biu":
+            return np.dtype("float64")
+        if p.kind == "var" and base.kind == "c":
+            return np.dtype(base.char.lower()) if base.char in "FD" else np.dtype("float64")
+        return base
+
+    def slice(self, x: Full, selection: list[Any], shape: tuple[int, ...]) -> Full:
+        """Basic indexing of `x` (ints drop axes)."""
+        nid = self._fresh("sl")
+        self.nodes[nid] = {"id": nid, "op": "slice", "input": x.root, "selection": selection}
+        return Full(nid, tuple(shape), x.dtype)
+
+    def squeeze(self, x: Full, axes: tuple[int, ...], shape: tuple[int, ...]) -> Full:
+        """`x` without its size-1 `axes`."""
+        if any(x.shape[a] != 1 for a in axes):
+            raise NotNative("squeeze of an axis longer than 1")
+        out = self.slice(x, [0 if i in axes else None for i in range(len(x.shape))], shape)
+        self._squeezes[out.root] = (x, tuple(sorted(axes)))
+        return out
+
+    def expand_dims(self, x: Full, axes: tuple[int, ...]) -> Full:
+        """`x` with new size-1 `axes`: only as the undoing of a squeeze (Cubed squeezes a
+        reduction's axes, xarray puts them back to broadcast against the input)."""
+        undone = self._squeezes.get(x.root)
+        if undone is None or undone[1] != tuple(sorted(axes)):
+            raise NotNative("expand_dims of an array that was not squeezed on those axes")
+        return undone[0]
+
+    def rechunk(self, x: Full, chunks: tuple[int, ...]) -> Full:
+        """`x` with new chunks (the engine bounds its memory, multi-stage when needed)."""
+        nid = self._fresh("rc")
+        self.nodes[nid] = {"id": nid, "op": "rechunk", "input": x.root, "chunks": list(chunks)}
+        return Full(nid, x.shape, x.dtype)
+
+    def plan(
+        self,
+        name: str,
+        writes: Sequence[tuple[Full, str, tuple[int, ...], dict[str, Any] | None]],
+    ) -> dict[str, Any]:
+        """A plan that writes each `(symbol, url, chunks, codec)`, with only the nodes it needs.
+
+        A codec of None writes into the existing array at the URL, keeping its metadata.
+        """
+        needed: set[str] = set()
+        stack = [w[0].root for w in writes]
+        while stack:
+            nid = stack.pop()
+            if nid in needed:
+                continue
+            needed.add(nid)
+            node = self.nodes.get(nid)
+            if node is not None:
+                stack.extend(node.get("inputs", []))
+                if "input" in node:
+                    stack.append(node["input"])
+        arrays = [{"id": sid, "zarr": url} for sid, url in self.sources.items() if sid in needed]
+        ops = [dict(node) for nid, node in self.nodes.items() if nid in needed]
+        for i, (sym, url, chunks, codec) in enumerate(writes):
+            write: dict[str, Any] = {"id": f"write.{i}", "op": "write", "input": sym.root}
+            if codec is None:
+                write.update(target=url, existing=True)
+            else:
+                write.update(target=url, chunks=list(chunks), codec=codec, zarr_format=3)
+            ops.append(write)
+        return {"name": name, "arrays": arrays, "ops": ops}

@@ -1,0 +1,86 @@
+"""Symbolic values for translating a Cubed plan into the chunkfuse plan IR.
+
+While the translator walks a Cubed DAG it does not compute anything: each Cubed array becomes a
+*symbol* describing what the array holds in terms of IR nodes. A `Full` symbol is a whole array
+the engine can produce; a `Partial` is the state of a tree reduction that Cubed splits into
+rounds (the engine does the whole reduction in one streamed pass once the rounds are complete).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+
+class NotNative(Exception):
+    """Raised while translating when an op (or one of its inputs) has no native form."""
+
+
+@dataclass(frozen=True)
+class Full:
+    """A whole array produced by the IR node `root`."""
+
+    root: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Const:
+    """A 0-d scalar operand (Cubed's `VirtualInMemoryArray` for `x + 1`)."""
+
+    value: Any
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """Cubed's block-offsets array, the hidden last input of `block_id` functions."""
+
+
+@dataclass(frozen=True)
+class Empty:
+    """Cubed's `VirtualEmptyArray`: the placeholder input of `from_array` and creation ops."""
+
+
+@dataclass(frozen=True)
+class ArgState:
+    """The output of Cubed's `_arg_map_func`: per-block (index, value) pairs of argmin/argmax."""
+
+    kind: str  # "argmin" or "argmax"
+    base: Full
+    axis: int
+
+
+@dataclass(frozen=True)
+class Partial:
+    """The state of a tree reduction of `base` over `axes` (Cubed's partial-reduce rounds).
+
+    `complete` once every reduced axis is down to one block, so the state holds the
+    reduction of the whole axis. `keepdims` is false after Cubed's final squeeze.
+    """
+
+    kind: str
+    base: Full
+    axes: tuple[int, ...]
+    complete: bool
+    keepdims: bool = True
+    dtype: np.dtype | None = None
+    ddof: float = 0.0
+    squeezed: tuple[int, ...] = field(default=())
+
+    def advanced(self, complete: bool) -> Partial:
+        """The same reduction after another combine round."""
+        return replace(self, complete=complete)
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """An iterator of blocks of one array, as Cubed's reductions and rechunks read them."""
+
+    item: Any
+
+
+Symbol = Full | Const | Offsets | Empty | ArgState | Partial | Streamed | list

@@ -1,0 +1,234 @@
+"""Translates a Cubed plan DAG into native engine work and Python ops.
+
+Every op is first given a symbol for its output (see `symbols`). An op is *native* when its
+function is recognised over inputs the engine can read. Arrays that must exist on disk (the
+computation's outputs, and the inputs of ops that run in Python) are written by the engine; a
+native op whose output must be written but cannot be (a partial reduction state, a target the
+engine cannot write) is turned into a Python op, and the walk repeats until it settles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+from cubed.primitive.blockwise import BlockwiseSpec, ChunkKey, FunctionArgs
+from cubed.runtime.pipeline import visit_nodes
+
+from chunkfuse.cubed.functions import PLAIN_REDUCTIONS, apply, block_id_inner, flatten_fused, unwrap
+from chunkfuse.cubed.ir import IrBuilder
+from chunkfuse.cubed.leaves import LeafResolver, array_url, regular_chunks, write_codec
+from chunkfuse.cubed.symbols import Full, NotNative, Partial, Streamed
+
+CREATE_ARRAYS = "create-arrays"
+
+
+@dataclass(frozen=True)
+class Write:
+    """An array the engine writes: its symbol, Zarr URL, chunks and codec."""
+
+    array: str
+    symbol: Full
+    url: str
+    chunks: tuple[int, ...]
+    codec: dict[str, Any] | None  # None: into the existing array, with its own codecs
+
+
+@dataclass
+class Translation:
+    """The outcome of translating one DAG."""
+
+    builder: IrBuilder
+    ops: list[tuple[str, dict[str, Any]]]
+    native: dict[str, bool] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    writes: dict[str, list[Write]] = field(default_factory=dict)  # by producing op
+
+
+def op_outputs(dag: nx.MultiDiGraph, op: str) -> list[str]:
+    """The array nodes an op writes."""
+    return [a for a in dag.successors(op) if dag.nodes[a].get("type") == "array"]
+
+
+def op_inputs(dag: nx.MultiDiGraph, op: str) -> list[str]:
+    """The array nodes an op reads (not the housekeeping `arrays` node)."""
+    return [a for a in dag.predecessors(op) if dag.nodes[a].get("type") == "array"]
+
+
+def translate(
+    dag: nx.MultiDiGraph,
+    stage_dir: str,
+    requested: set[str] | None,
+    forced_python: set[str] | None = None,
+) -> Translation:
+    """Decide which ops run natively and what the engine writes."""
+    forced = {op: "forced" for op in forced_python or ()}
+    while True:
+        t = _translate_once(dag, stage_dir, requested, forced)
+        more = {
+            op: reason[1:]
+            for op, reason in t.reasons.items()
+            if reason.startswith("!") and op not in forced
+        }
+        if not more:
+            return t
+        forced.update(more)
+
+
+def _translate_once(
+    dag: nx.MultiDiGraph, stage_dir: str, requested: set[str] | None, forced: dict[str, str]
+) -> Translation:
+    builder = IrBuilder()
+    leaves = LeafResolver(builder, stage_dir)
+    ops = list(visit_nodes(dag))
+    t = Translation(builder, ops)
+    visited = {name for name, _ in ops}
+    symbols: dict[str, Any] = {}
+    for name, node in dag.nodes(data=True):
+        if node.get("type") != "array":
+            continue
+        producers = [p for p in dag.predecessors(name) if p in visited]
+        if not producers:
+            symbols[name] = leaves.symbol(name, node.get("target"))
+
+    for name, node in ops:
+        if name == CREATE_ARRAYS:
+            continue
+        outputs = op_outputs(dag, name)
+        if name in forced:
+            t.native[name] = False
+            t.reasons[name] = forced[name]
+            for a in outputs:
+                symbols[a] = leaves.symbol(a, dag.nodes[a].get("target"))
+            continue
+        try:
+            sym = _translate_op(builder, node, symbols)
+            t.native[name] = True
+            symbols[outputs[0]] = sym
+        except NotNative as e:
+            t.native[name] = False
+            t.reasons[name] = str(e)
+            for a in outputs:
+                symbols[a] = leaves.symbol(a, dag.nodes[a].get("target"))
+
+    needed = _needed_arrays(dag, t, visited, requested)
+    for name, _ in ops:
+        if not t.native.get(name):
+            continue
+        for a in op_outputs(dag, name):
+            if a not in needed:
+                continue
+            try:
+                write = _write_for(builder, a, dag.nodes[a]["target"], symbols[a])
+                t.writes.setdefault(name, []).append(write)
+            except NotNative as e:
+                t.reasons[name] = f"!output {a} cannot be written natively: {e}"
+    return t
+
+
+def _needed_arrays(
+    dag: nx.MultiDiGraph, t: Translation, visited: set[str], requested: set[str] | None
+) -> set[str]:
+    needed: set[str] = set()
+    for name, _ in t.ops:
+        if name == CREATE_ARRAYS:
+            continue
+        for a in op_outputs(dag, name):
+            users = [s for s in dag.successors(a) if s in visited]
+            if (
+                not users
+                or requested is None
+                or a in requested
+                or _user_target(a, dag.nodes[a].get("target"))
+            ):
+                needed.add(a)
+        if not t.native.get(name):
+            needed.update(op_inputs(dag, name))
+    return needed
+
+
+def _user_target(array: str, target: Any) -> bool:
+    """A target the user gave (`store`, `to_zarr`), not one of Cubed's intermediates: written
+    even when later ops read it."""
+    from cubed.storage.zarr import LazyZarrArray
+
+    if isinstance(target, LazyZarrArray):
+        return target.path != array
+    return target is not None
+
+
+def _write_for(b: IrBuilder, array: str, target: Any, sym: Any) -> Write:
+    if not isinstance(sym, Full):
+        raise NotNative(f"holds a {type(sym).__name__}, not a whole array")
+    if sym.dtype != np.dtype(target.dtype):
+        sym = b.astype(sym, target.dtype)
+    url = array_url(target)
+    if url is None:
+        raise NotNative("target is not on the local filesystem")
+    if tuple(sym.shape) != tuple(target.shape):
+        raise NotNative(f"shape {sym.shape} differs from the target's {tuple(target.shape)}")
+    codec = write_codec(target)
+    chunks = regular_chunks(target)
+    return Write(array, sym, url, chunks, codec)
+
+
+def _translate_op(b: IrBuilder, node: dict[str, Any], symbols: dict[str, Any]) -> Any:
+    cfg = node["pipeline"].config
+    if not isinstance(cfg, BlockwiseSpec):
+        raise NotNative("not a blockwise op")
+    if len(cfg.writes_map) != 1:
+        raise NotNative("several outputs")
+    target = next(iter(cfg.writes_map.values())).array
+    if math.prod(target.shape) == 0:
+        raise NotNative("empty output")
+    fargs = cfg.back_key_function(ChunkKey("out", (0,) * len(target.shape)))
+
+    def evaluate(preds: dict[str, Any], item: Any) -> Any:
+        if isinstance(item, ChunkKey):
+            sym = symbols.get(item.name)
+            if sym is None:
+                raise NotNative(f"input {item.name} cannot be read natively")
+            return sym
+        if isinstance(item, list):
+            return [evaluate(preds, i) for i in item]
+        if isinstance(item, FunctionArgs):
+            if item.output_name in preds:
+                root, sub = flatten_fused(preds[item.output_name])
+                proxy = cfg.reads_map.get(item.output_name)
+                if proxy is None:
+                    raise NotNative(f"fused intermediate {item.output_name} has no metadata")
+                args = [evaluate(sub or preds, a) for a in item.args]
+                return apply(b, root, args, tuple(proxy.array.shape), proxy.array.dtype)
+            args = [evaluate(preds, a) for a in item.args]
+            return args[0] if len(args) == 1 else args
+        try:
+            first = next(iter(item))
+        except (TypeError, StopIteration) as e:
+            raise NotNative("unknown block argument") from e
+        return Streamed(evaluate(preds, first))
+
+    if node.get("op_name") == "rechunk":
+        return _rechunk(b, cfg, target, [evaluate({}, a) for a in fargs.args])
+    root, preds = flatten_fused(cfg.function)
+    args = [evaluate(preds, a) for a in fargs.args]
+    out = apply(b, root, args, tuple(target.shape), target.dtype)
+    if isinstance(out, Partial) and out.complete and out.kind in PLAIN_REDUCTIONS.values():
+        # A finished sum/min/...: its state is the result itself.
+        out = b.reduce(out, tuple(target.shape), target.dtype)
+    return out
+
+
+def _rechunk(b: IrBuilder, cfg: BlockwiseSpec, target: Any, args: list[Any]) -> Full:
+    inner = block_id_inner(cfg.function)
+    fn, kw = unwrap(inner) if inner is not None else (None, {})
+    from cubed.core import ops
+
+    if fn is not ops._assemble_index_chunk or kw.get("func") is not None:
+        raise NotNative("rechunk op with an unknown function")
+    src = args[0].item if args and isinstance(args[0], Streamed) else None
+    if not isinstance(src, Full) or src.shape != tuple(target.shape):
+        raise NotNative("rechunk of an unknown input")
+    return b.rechunk(src, regular_chunks(target))
