@@ -12,9 +12,11 @@ one chunk per step), warms the page cache, then times, best of --repeat:
   decode   chunkfuse bench decode (the read/decode floor)  vs  zarr-python and Dask reading all
   rechunk  chunkfuse rechunk to (256, 73, 144), zstd 3, --max-mem  vs  Dask rechunk + store
            (zstd 3), plus the codec floor `chunkfuse bench codec`
-and tensorstore / cubed where importable. Every measurement is its own child process; its peak
-RSS is that child's ru_maxrss (os.wait4, through scripts/rss_exec.py). Results are
-cross-checked between tools.
+and tensorstore where importable. Then, if cubed is importable, the Cubed section
+(bench/cubed_report.py): sum, mean, the xarray anomaly and the rechunk written by the same Cubed
+code with RustExecutor and with Cubed's threads executor, next to each op's codec floor. Every
+measurement is its own child process; its peak RSS is that child's ru_maxrss (os.wait4, through
+scripts/rss_exec.py). Results are cross-checked between tools.
 
 Writes RESULTS.md and results.png (if matplotlib is importable) to --out (default bench/; with
 --quick a temporary directory). --quick is a smoke run (T=4, 73 x 144, one repeat) that fails
@@ -342,6 +344,7 @@ def write_report(
     data: dict[str, Any],
     binary: Path,
     started: dt.datetime,
+    cubed_results: list[Any],
 ) -> Path:
     info = machine()
     vers = versions(binary)
@@ -378,6 +381,10 @@ def write_report(
         plot(rows, out),
         "",
     ]
+    if cubed_results:
+        from cubed_report import cubed_table
+
+        lines += cubed_table(cubed_results)
     missing = [k for k in ("tensorstore", "cubed") if vers.get(k) == "not installed"]
     if missing:
         lines.append("Peers not installed (rows omitted): " + ", ".join(missing) + ".")
@@ -442,9 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     chunks_arg = ",".join(map(str, target_chunks))
     peers = [
         t
-        for t in ("dask", "numpy", "tensorstore", "cubed")
+        for t in ("dask", "numpy", "tensorstore")
         if t not in skip and importlib.util.find_spec(t) is not None
     ]
+    cubed_results: list[Any] = []
     rows: list[Row] = []
     checks: dict[tuple[str, str], str] = {}
     try:
@@ -633,16 +641,38 @@ def main(argv: list[str] | None = None) -> int:
             rechunk_out[tool] = dst
         for tool, status in check_rechunk(rechunk_out, source).items():
             checks[("rechunk", tool)] = status
+
+        # (d) Cubed: RustExecutor vs Cubed's threads executor ------------------------------
+        if "cubed" not in skip and importlib.util.find_spec("cubed") is not None:
+            from cubed_report import measure_cubed
+
+            cubed_results = measure_cubed(
+                measure,
+                binary,
+                source,
+                work,
+                nbytes,
+                threads,
+                args.max_mem,
+                args.repeat,
+                tuple(data["chunks"]),
+                target_chunks,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    report = write_report(out, rows, checks, args, data, binary, started)
+    report = write_report(out, rows, checks, args, data, binary, started, cubed_results)
     print(report.read_text())
     print(f"wrote {report}", file=sys.stderr)
     failed = [r for r in rows if r.seconds is None] + [
         r for r in rows if checks.get((r.op, r.tool)) == "MISMATCH"
     ]
-    chunkfuse_failed = [r for r in failed if r.tool.startswith("chunkfuse")]
+    for c in cubed_results:
+        if c.rust.seconds is None or c.check == "MISMATCH":
+            failed.append(c.rust)
+    chunkfuse_failed = [
+        r for r in failed if r.tool.startswith("chunkfuse") or r.tool == "RustExecutor"
+    ]
     if chunkfuse_failed or (args.quick and failed):
         for r in failed:
             print(

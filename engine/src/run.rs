@@ -36,6 +36,9 @@ pub struct RunOptions {
     pub progress: bool,
     /// Raised to cancel (Ctrl-C).
     pub cancel: Arc<AtomicBool>,
+    /// Counters to share with the caller, who may poll them while the run goes (the Python
+    /// bindings report progress from them); the run makes its own when `None`.
+    pub observe: Option<Arc<Progress>>,
 }
 
 impl Default for RunOptions {
@@ -47,6 +50,7 @@ impl Default for RunOptions {
             work_dir: None,
             progress: false,
             cancel: Arc::new(AtomicBool::new(false)),
+            observe: None,
         }
     }
 }
@@ -214,7 +218,10 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let started = Instant::now();
     let graph = Graph::build(plan, opts.io_threads)?;
     let max_mem = opts.max_mem.unwrap_or_else(default_max_mem);
-    let progress = Arc::new(Progress::new(opts.progress));
+    let progress = opts
+        .observe
+        .clone()
+        .unwrap_or_else(|| Arc::new(Progress::new(opts.progress)));
     // An eighth of the budget keeps freed chunk buffers for reuse; tasks get the rest.
     let pool_bytes = (max_mem / 8).min(256 << 20);
     crate::array::pool::set_capacity(pool_bytes);

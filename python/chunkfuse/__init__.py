@@ -7,7 +7,7 @@ calls it. ``run_plan`` executes a JSON plan (see docs/plan-ir.md) with the GIL r
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from chunkfuse import _engine
@@ -29,14 +29,17 @@ def run_plan(
     max_mem: int | None = None,
     threads: int = 0,
     work_dir: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Validate and run a plan (JSON text or a dict); return the run summary.
 
     `work_dir` is where multi-stage intermediates go (the system temporary directory by
-    default). Ctrl-C cancels the run and raises KeyboardInterrupt.
+    default). `progress(tasks_done, tasks_total)` is called as tasks finish (the total grows
+    as stages start); an exception it raises cancels the run. Ctrl-C cancels the run and
+    raises KeyboardInterrupt.
     """
     text = plan if isinstance(plan, str) else json.dumps(plan)
-    summary = _engine.run_plan(text, dict(params or {}), max_mem, threads, work_dir)
+    summary = _engine.run_plan(text, dict(params or {}), max_mem, threads, work_dir, progress)
     return json.loads(summary)
 
 

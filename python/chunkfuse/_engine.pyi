@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 __version__: str
 
 def version() -> str: ...
@@ -7,4 +9,5 @@ def run_plan(
     max_mem: int | None = ...,
     threads: int = ...,
     work_dir: str | None = ...,
+    progress: Callable[[int, int], None] | None = ...,
 ) -> str: ...

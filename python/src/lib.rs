@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use chunkfuse_engine::exec::progress::Progress;
 use chunkfuse_engine::plan::Plan;
 use chunkfuse_engine::run::{self, RunOptions};
 use chunkfuse_engine::{Error, ErrorKind};
@@ -36,9 +38,13 @@ fn version() -> &'static str {
 ///
 /// The engine runs on its own thread with the GIL released; this thread wakes every 50 ms to
 /// let Python handle signals, so Ctrl-C cancels the run promptly (the engine stops at its next
-/// task boundary and no partial chunk is left visible).
+/// task boundary and no partial chunk is left visible). `progress`, if given, is called with
+/// `(tasks_done, tasks_total)` from this thread whenever they changed; an exception it raises
+/// cancels the run and is raised here.
 #[pyfunction]
-#[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None))]
+#[pyo3(signature = (
+    plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, progress=None
+))]
 fn run_plan(
     py: Python<'_>,
     plan_json: &str,
@@ -46,13 +52,30 @@ fn run_plan(
     max_mem: Option<u64>,
     threads: usize,
     work_dir: Option<PathBuf>,
+    progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
     let plan = Plan::from_json(plan_json, &params).map_err(to_py)?;
+    let counters = Arc::new(Progress::new(false));
     let opts = RunOptions {
         max_mem,
         threads,
         work_dir,
+        observe: Some(counters.clone()),
         ..RunOptions::default()
+    };
+    let mut reported = (0u64, 0u64);
+    let mut report = || -> PyResult<()> {
+        let now = (
+            counters.tasks_done.load(Ordering::Relaxed),
+            counters.tasks_total.load(Ordering::Relaxed),
+        );
+        if let Some(cb) = &progress {
+            if now != reported {
+                reported = now;
+                cb.call1(now)?;
+            }
+        }
+        Ok(())
     };
     let cancel = opts.cancel.clone();
     let (tx, rx) = mpsc::channel();
@@ -74,11 +97,11 @@ fn run_plan(
         match received {
             Ok(result) => break result,
             Err(RecvTimeoutError::Timeout) => {
-                if let Err(interrupt) = py.check_signals() {
+                if let Err(stop) = py.check_signals().and_then(|()| report()) {
                     cancel.store(true, Ordering::SeqCst);
                     // Wait for the engine to stop so nothing runs after we return.
                     let _ = py.detach(|| engine.join());
-                    return Err(interrupt);
+                    return Err(stop);
                 }
             }
             Err(RecvTimeoutError::Disconnected) => {
@@ -90,6 +113,7 @@ fn run_plan(
     };
     let _ = py.detach(|| engine.join());
     let summary = outcome.map_err(to_py)?;
+    report()?;
     serde_json::to_string(&summary).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 

@@ -152,6 +152,7 @@ fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error
         work_dir: common.work_dir.clone(),
         progress: !common.json,
         cancel,
+        observe: None,
     })
 }
 
