@@ -94,6 +94,26 @@ def test_user_function_runs_in_python_and_the_rest_natively(tmp_path: Path, spec
     stats = executor.last_stats
     assert stats.python_tasks == 4 and len(stats.python_ops) == 1
     assert stats.native_tasks > 0
+    # The user function ran in Python, but the engine read and wrote its chunks.
+    assert stats.engine_io_tasks == 4
+
+
+def test_python_ops_with_virtual_inputs_run_through_the_engine(tmp_path: Path, spec: Any) -> None:
+    """block_id (Cubed's offsets array) and a small in-memory operand are served in Python."""
+    a = np.arange(30.0).reshape(5, 6)
+    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (2, 4)), spec=spec)
+    ids = cubed.map_blocks(
+        lambda b, block_id=None: b + 100 * block_id[0] + block_id[1], x, dtype=x.dtype
+    )
+    y = xp.astype(ids, xp.int32)
+    executor = RustExecutor()
+    got = y.compute(executor=executor)
+    want = a.copy()
+    for i in range(3):
+        for j in range(2):
+            want[2 * i : 2 * i + 2, 4 * j : 4 * j + 4] += 100 * i + j
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+    assert executor.last_stats.engine_io_tasks == executor.last_stats.python_tasks == 6
 
 
 class Boom(ArithmeticError):
@@ -109,9 +129,10 @@ def test_user_exception_keeps_its_type_and_names_the_chunk(tmp_path: Path, spec:
         return b
 
     y = cubed.map_blocks(fail, x, dtype=x.dtype)
-    with pytest.raises(Boom) as info:
-        y.compute(executor=RustExecutor(max_workers=1))
-    assert "task [1, 0]" in "\n".join(getattr(info.value, "__notes__", []))
+    for workers in (1, 2):
+        with pytest.raises(Boom) as info:
+            y.compute(executor=RustExecutor(max_workers=workers))
+        assert "output chunk [1, 0]" in "\n".join(getattr(info.value, "__notes__", []))
 
 
 def test_corrupt_input_chunk_is_a_clear_error_and_writes_nothing(tmp_path: Path, spec: Any) -> None:

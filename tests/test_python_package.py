@@ -78,3 +78,43 @@ def test_an_exception_in_the_progress_callback_stops_the_run(tmp_path: Path) -> 
     # cancelled: either way the callback's exception reaches the caller.
     with pytest.raises(StopHere):
         chunkfuse.run_plan(plan, progress=stop)
+
+
+SLOW_RUN = """
+import sys, numpy as np, zarr, chunkfuse
+src, out = sys.argv[1], sys.argv[2]
+z = zarr.create_array(src, shape=(4096, 4096), chunks=(256, 256), dtype="f8", compressors=None)
+z[...] = np.random.default_rng(0).random((4096, 4096))
+plan = {"arrays": [{"id": "x", "zarr": src}], "ops": [
+    {"id": "y", "op": "elementwise", "inputs": ["x"],
+     "expr": {"op": "exp", "args": [{"op": "sin", "args": [{"input": 0}]}]}},
+    {"id": "w", "op": "write", "input": "y", "target": out, "chunks": [64, 64],
+     "codec": {"name": "gzip", "level": 9}}]}
+print("started", flush=True)
+for _ in range(100):
+    chunkfuse.run_plan(plan, threads=1)
+"""
+
+
+def test_ctrl_c_cancels_a_run_promptly(tmp_path: Path) -> None:
+    """SIGINT while the engine runs raises KeyboardInterrupt in Python within a second or so."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_RUN, str(tmp_path / "x.zarr"), str(tmp_path / "y.zarr")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10, "the run did not stop promptly"
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    # No half-written chunk is left behind.
+    assert not [p for p in (tmp_path / "y.zarr").rglob("*") if ".partial" in p.name]

@@ -7,6 +7,7 @@
 //! memory, progress) and [`run`] (the entry points used by the CLI and the Python bindings).
 
 pub mod array;
+pub mod chunk_job;
 pub mod error;
 pub mod exec;
 pub mod kernels;

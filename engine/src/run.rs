@@ -213,31 +213,72 @@ fn stage_tasks(
     })
 }
 
+/// The scheduler, counters and budget of one run.
+pub(crate) struct Engine {
+    pub scheduler: Scheduler,
+    pub progress: Arc<Progress>,
+    /// The whole budget.
+    pub max_mem: u64,
+    /// What tasks may reserve (the budget less the buffer pool's share).
+    pub task_budget: u64,
+}
+
+impl Engine {
+    pub fn new(opts: &RunOptions) -> Result<Engine> {
+        let max_mem = opts.max_mem.unwrap_or_else(default_max_mem);
+        let progress = opts
+            .observe
+            .clone()
+            .unwrap_or_else(|| Arc::new(Progress::new(opts.progress)));
+        // An eighth of the budget keeps freed chunk buffers for reuse; tasks get the rest.
+        let pool_bytes = (max_mem / 8).min(256 << 20);
+        crate::array::pool::set_capacity(pool_bytes);
+        let task_budget = max_mem - pool_bytes;
+        let scheduler = Scheduler::new(
+            opts.threads,
+            Budget::new(task_budget),
+            progress.clone(),
+            opts.cancel.clone(),
+        )?;
+        Ok(Engine {
+            scheduler,
+            progress,
+            max_mem,
+            task_budget,
+        })
+    }
+
+    /// The error for a task that cannot fit the budget, or Ok.
+    pub fn check_fits(&self, tasks: &[crate::exec::task::Task]) -> Result<()> {
+        if let Some(t) = tasks.iter().max_by_key(|t| t.memory) {
+            if t.memory > self.task_budget {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Memory,
+                    format!(
+                        "{} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
+                        t.label,
+                        crate::exec::memory::human_bytes(t.memory),
+                        crate::exec::memory::human_bytes(self.task_budget)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Validates and runs `plan`.
 pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let started = Instant::now();
     let graph = Graph::build(plan, opts.io_threads)?;
-    let max_mem = opts.max_mem.unwrap_or_else(default_max_mem);
-    let progress = opts
-        .observe
-        .clone()
-        .unwrap_or_else(|| Arc::new(Progress::new(opts.progress)));
-    // An eighth of the budget keeps freed chunk buffers for reuse; tasks get the rest.
-    let pool_bytes = (max_mem / 8).min(256 << 20);
-    crate::array::pool::set_capacity(pool_bytes);
-    let task_budget = max_mem - pool_bytes;
-    let scheduler = Scheduler::new(
-        opts.threads,
-        Budget::new(task_budget),
-        progress.clone(),
-        opts.cancel.clone(),
-    )?;
-    let batch_limit = (max_mem / 16).max(1);
+    let engine = Engine::new(opts)?;
+    let (progress, task_budget) = (engine.progress.clone(), engine.task_budget);
+    let batch_limit = (engine.max_mem / 16).max(1);
     let physical = stages::plan(
         &graph,
         PlanOptions {
             budget: task_budget,
-            threads: scheduler.threads(),
+            threads: engine.scheduler.threads(),
             batch_bytes: batch_limit,
         },
     )?;
@@ -246,19 +287,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let stand_ins = open_materials(&physical.materials, opts.io_threads, None)?;
     for stage in &physical.stages {
         let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit)?;
-        if let Some(t) = tasks.iter().max_by_key(|t| t.memory) {
-            if t.memory > task_budget {
-                return Err(Error::new(
-                    crate::error::ErrorKind::Memory,
-                    format!(
-                        "{} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
-                        t.label,
-                        crate::exec::memory::human_bytes(t.memory),
-                        crate::exec::memory::human_bytes(task_budget)
-                    ),
-                ));
-            }
-        }
+        engine.check_fits(&tasks)?;
     }
     drop(stand_ins);
     // Create targets and intermediates (validation has passed).
@@ -292,7 +321,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         let (name, tasks) = stage_tasks(stage, &arrays, batch_limit)?;
         stage_names.push(name);
         progress.add_tasks(tasks.len() as u64);
-        scheduler.run(tasks)?;
+        engine.scheduler.run(tasks)?;
     }
     progress.finish();
     drop(work);
@@ -306,8 +335,8 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         bytes_written: load(&progress.bytes_written),
         decoded_bytes: load(&progress.decoded_bytes),
         peak_rss: peak_rss(),
-        max_mem,
-        threads: scheduler.threads(),
+        max_mem: engine.max_mem,
+        threads: engine.scheduler.threads(),
         outputs,
     })
 }

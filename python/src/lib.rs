@@ -1,12 +1,12 @@
 //! `chunkfuse._engine`: thin pyo3 bindings over the engine. Every engine call releases the
 //! GIL; errors map to `chunkfuse.exceptions` classes by kind.
 
+mod chunk_function;
+mod driver;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::Duration;
 
 use chunkfuse_engine::exec::progress::Progress;
 use chunkfuse_engine::plan::Plan;
@@ -17,7 +17,8 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 
-fn to_py(e: Error) -> PyErr {
+/// The Python exception for an engine error, by kind.
+pub(crate) fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e.kind {
         ErrorKind::Plan => PyValueError::new_err(msg),
@@ -63,58 +64,10 @@ fn run_plan(
         observe: Some(counters.clone()),
         ..RunOptions::default()
     };
-    let mut reported = (0u64, 0u64);
-    let mut report = || -> PyResult<()> {
-        let now = (
-            counters.tasks_done.load(Ordering::Relaxed),
-            counters.tasks_total.load(Ordering::Relaxed),
-        );
-        if let Some(cb) = &progress {
-            if now != reported {
-                reported = now;
-                cb.call1(now)?;
-            }
-        }
-        Ok(())
-    };
     let cancel = opts.cancel.clone();
-    let (tx, rx) = mpsc::channel();
-    let engine = std::thread::Builder::new()
-        .name("chunkfuse-run".into())
-        .spawn(move || {
-            // The receiver only goes away when Python gave up waiting; nothing to report then.
-            let _ = tx.send(run::run_plan(&plan, &opts));
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the engine thread: {e}")))?;
-    let mut rx = rx;
-    let outcome = loop {
-        // The receiver is not Sync, so it moves into the GIL-free closure and back out.
-        let (back, received) = py.detach(move || {
-            let received = rx.recv_timeout(Duration::from_millis(50));
-            (rx, received)
-        });
-        rx = back;
-        match received {
-            Ok(result) => break result,
-            Err(RecvTimeoutError::Timeout) => {
-                if let Err(stop) = py.check_signals().and_then(|()| report()) {
-                    cancel.store(true, Ordering::SeqCst);
-                    // Wait for the engine to stop so nothing runs after we return.
-                    let _ = py.detach(|| engine.join());
-                    return Err(stop);
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(PyRuntimeError::new_err(
-                    "the engine thread stopped without a result",
-                ))
-            }
-        }
-    };
-    let _ = py.detach(|| engine.join());
-    let summary = outcome.map_err(to_py)?;
-    report()?;
-    serde_json::to_string(&summary).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    driver::drive(py, counters, cancel, progress, move || {
+        run::run_plan(&plan, &opts)
+    })
 }
 
 /// The module.
@@ -123,6 +76,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chunkfuse_engine::exec::memory::configure_allocator();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(run_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add("__version__", chunkfuse_engine::VERSION)?;
     Ok(())
 }

@@ -36,6 +36,64 @@ pub struct ZarrArray {
     info: ArrayInfo,
     options: CodecOptions,
     fast: Option<FastCodec>,
+    fast_encode: Option<ZstdParams>,
+}
+
+/// zstd settings of a chunk format the engine encodes itself (see `detect_fast_encode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ZstdParams {
+    level: i32,
+    checksum: bool,
+}
+
+/// The zstd settings of `bytes` + `zstd` (v3) or a C-order v2 `zstd` compressor without
+/// filters: such chunks are encoded with a reused per-thread compression context into a pooled
+/// buffer (a fresh context per chunk costs its tables' page faults, more than the encode).
+fn detect_fast_encode(raw: &serde_json::Value) -> Option<ZstdParams> {
+    detect_fast_codec(raw)?;
+    let config = if raw.get("zarr_format").and_then(|v| v.as_u64()) == Some(2) {
+        raw.get("compressor")?
+    } else {
+        raw.get("codecs")?
+            .as_array()?
+            .get(1)?
+            .get("configuration")?
+    };
+    let level = config.get("level").and_then(|l| l.as_i64()).unwrap_or(0);
+    let checksum = config
+        .get("checksum")
+        .and_then(|c| c.as_bool())
+        .unwrap_or(false);
+    Some(ZstdParams {
+        level: i32::try_from(level).ok()?,
+        checksum,
+    })
+}
+
+thread_local! {
+    static ZSTD_ENCODER: std::cell::RefCell<Option<(ZstdParams, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// zstd-compresses `src` with `params`, reusing this thread's compression context.
+fn zstd_encode(src: &[u8], params: ZstdParams) -> std::result::Result<Vec<u8>, String> {
+    let mut out = crate::array::pool::take(zstd::zstd_safe::compress_bound(src.len()));
+    ZSTD_ENCODER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().map(|(p, _)| *p) != Some(params) {
+            let mut c = zstd::bulk::Compressor::new(params.level).map_err(|e| e.to_string())?;
+            c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(params.checksum))
+                .map_err(|e| e.to_string())?;
+            *slot = Some((params, c));
+        }
+        match slot.as_mut() {
+            Some((_, c)) => c
+                .compress_to_buffer(src, &mut out)
+                .map_err(|e| e.to_string()),
+            None => Err("no zstd compressor".to_string()),
+        }
+    })?;
+    Ok(out)
 }
 
 /// Codec chains the engine decodes itself, into pooled buffers, instead of through zarrs'
@@ -190,6 +248,7 @@ impl ZarrArray {
         let fill = meta.fill_value().as_ne_bytes().to_vec();
         let info = metadata::describe(&meta, &raw, dtype);
         let fast = detect_fast_codec(&raw);
+        let fast_encode = detect_fast_encode(&raw);
         Ok(ZarrArray {
             name: url.clone(),
             url,
@@ -201,6 +260,7 @@ impl ZarrArray {
             info,
             options: codec_options(),
             fast,
+            fast_encode,
         })
     }
 
@@ -369,6 +429,14 @@ impl ZarrArray {
             padded_storage = p;
             padded_storage.bytes()
         };
+        if let Some(params) = self.fast_encode {
+            return zstd_encode(bytes, params).map(Some).map_err(|e| {
+                Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))
+                    .with_array(&self.name)
+                    .with_chunk_key(self.chunk_key(idx))
+                    .with_store(&self.url)
+            });
+        }
         let encoded = self
             .meta
             .codecs()

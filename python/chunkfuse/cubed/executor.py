@@ -13,19 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-import psutil
 from cubed.runtime.types import Callback, DagExecutor, TaskEndEvent
 from cubed.runtime.utils import handle_operation_end_callbacks, handle_operation_start_callbacks
 from cubed.spec import Spec
 
 import chunkfuse
+from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
 from chunkfuse.cubed.python_ops import run_python_op
 from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, translate
 
 log = logging.getLogger("chunkfuse.cubed")
-
-#: Engine budget when Cubed's spec gives none (Cubed's own default allowed_mem is 2 GB).
-DEFAULT_ALLOWED_MEM = 2_000_000_000
 
 
 @dataclass
@@ -36,6 +33,8 @@ class ExecutionStats:
     python_ops: dict[str, str] = field(default_factory=dict)
     native_tasks: int = 0
     python_tasks: int = 0
+    #: Python tasks whose reads and writes the engine did (only the function ran in Python).
+    engine_io_tasks: int = 0
     engine_runs: int = 0
     arrays_written: int = 0
     max_mem: int = 0
@@ -45,8 +44,12 @@ class RustExecutor(DagExecutor):
     """Runs Cubed plans on the chunkfuse engine.
 
     Options (here or as `compute(...)` keywords): `max_workers` (compute threads; default all
-    cores), `max_mem` (the engine's memory budget in bytes; default `max_workers ×
-    (spec.allowed_mem − spec.reserved_mem)`), `device` (`"cpu"`).
+    cores), `max_mem` (the engine's memory budget in bytes), `device` (`"cpu"`).
+
+    Without `max_mem` the budget follows Cubed's memory model: `max_workers` times the largest
+    `projected_mem − reserved_mem` of the plan's ops (what Cubed's own executors let run at
+    once), at least 256 MB, and never more than `max_workers × (allowed_mem − reserved_mem)`;
+    if a task needs more than that, the run is planned again with the whole allowance.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -72,8 +75,8 @@ class RustExecutor(DagExecutor):
         workers = int(options.get("max_workers") or os.cpu_count() or 1)
         if workers < 1:
             raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
-        max_mem = _engine_budget(spec, workers, options.get("max_mem"))
-        stats = ExecutionStats(max_mem=max_mem)
+        max_mem = engine_budget(spec, workers, options.get("max_mem"), dag)
+        stats = ExecutionStats(max_mem=max_mem.budget)
         self.last_stats = stats
         work_dir = getattr(spec, "work_dir", None) if spec is not None else None
         stage_dir = tempfile.mkdtemp(prefix="chunkfuse-", dir=_local_dir(work_dir))
@@ -89,27 +92,6 @@ def _local_dir(work_dir: Any) -> str | None:
         os.makedirs(work_dir, exist_ok=True)
         return work_dir
     return None
-
-
-def _engine_budget(spec: Spec | None, workers: int, max_mem: Any) -> int:
-    """The engine's budget; refuses a budget the machine cannot hold (as Cubed's executors do)."""
-    total = psutil.virtual_memory().total
-    if max_mem is not None:
-        budget = int(max_mem)
-        if budget > total:
-            raise ValueError(
-                f"RustExecutor: max_mem ({budget}) is more than the machine's memory ({total})"
-            )
-        return budget
-    allowed = getattr(spec, "allowed_mem", None) or DEFAULT_ALLOWED_MEM
-    reserved = getattr(spec, "reserved_mem", None) or 0
-    if allowed * workers > total:
-        raise ValueError(
-            f"Total memory on machine ({total}) is less than allowed_mem * max_workers "
-            f"({allowed} * {workers} = {allowed * workers})"
-        )
-    # One process holds every worker's share; the interpreter's reserve is counted once.
-    return max(allowed - reserved, 1) * workers
 
 
 def _requested_arrays() -> set[str] | None:
@@ -140,7 +122,7 @@ class _Run:
         dag: nx.MultiDiGraph,
         callbacks: Sequence[Callback] | None,
         workers: int,
-        max_mem: int,
+        max_mem: Budget,
         stats: ExecutionStats,
         work_dir: str,
     ) -> None:
@@ -167,9 +149,13 @@ class _Run:
 
     def _python(self, name: str, node: dict[str, Any]) -> None:
         handle_operation_start_callbacks(self.callbacks, name)
-        n = run_python_op(name, node, self.callbacks, self.workers)
+        n, engine_io = run_python_op(
+            name, node, self.callbacks, self.workers, self.max_mem, self.work_dir
+        )
         if name != CREATE_ARRAYS:
             self.stats.python_tasks += n
+            if engine_io:
+                self.stats.engine_io_tasks += n
         handle_operation_end_callbacks(self.callbacks, name)
 
     def _flush(self) -> None:
@@ -185,12 +171,15 @@ class _Run:
                 "cubed", [(w.symbol, w.url, w.chunks, w.codec) for w in writes]
             )
             log.debug("engine plan: %s", plan)
-            chunkfuse.run_plan(
-                plan,
-                max_mem=self.max_mem,
-                threads=self.workers,
-                work_dir=self.work_dir,
-                progress=progress if self.callbacks else None,
+            engine_call(
+                self.max_mem,
+                lambda budget: chunkfuse.run_plan(
+                    plan,
+                    max_mem=budget,
+                    threads=self.workers,
+                    work_dir=self.work_dir,
+                    progress=progress if self.callbacks else None,
+                ),
             )
             self.stats.engine_runs += 1
             self.stats.arrays_written += len(writes)

@@ -1,8 +1,9 @@
-"""Runs the ops chunkfuse cannot run natively: Cubed's own task function, on a thread pool.
+"""Runs the ops chunkfuse cannot translate: their function runs in Python.
 
-The task function is Cubed's `apply_blockwise` (read with zarr-python, call the function,
-write). An exception from the user's function reaches the caller as the same type, with a note
-naming the op and the output chunk.
+Where it can (`engine_ops`), the engine reads, decodes, encodes and writes the chunks and only
+the op's function runs under the GIL. Otherwise the task function is Cubed's `apply_blockwise`
+(zarr-python IO) on a thread pool. Either way an exception from the user's function reaches the
+caller as the same type, with a note naming the op and the output chunk.
 """
 
 from __future__ import annotations
@@ -14,28 +15,52 @@ from typing import Any
 
 from cubed.runtime.types import Callback, TaskEndEvent
 
+from chunkfuse.cubed import engine_ops
+
 
 def run_python_op(
     name: str,
     node: dict[str, Any],
     callbacks: Sequence[Callback] | None,
     max_workers: int,
+    max_mem: Any,
+    work_dir: str | None = None,
     on_task: Callable[[], None] | None = None,
-) -> int:
-    """Run every task of one op; fire a TaskEndEvent per task; return the task count."""
+) -> tuple[int, bool]:
+    """Run every task of one op; fire a TaskEndEvent per task.
+
+    Returns the task count and whether the engine did the op's IO (see `engine_ops`).
+    """
     pipeline = node["pipeline"]
     items = list(pipeline.mappable)
     if name == "create-arrays":
-        return _create_arrays(name, items, callbacks)
+        return _create_arrays(name, items, callbacks), False
     if not items:
-        return 0
+        return 0, False
+    prepared = engine_ops.prepare(node)
+    if prepared is not None:
+        n = engine_ops.run(name, node, prepared, callbacks, max_workers, max_mem, work_dir)
+        return n, True
+    return _run_cubed_tasks(name, node, items, callbacks, max_workers, on_task), False
+
+
+def _run_cubed_tasks(
+    name: str,
+    node: dict[str, Any],
+    items: list[Any],
+    callbacks: Sequence[Callback] | None,
+    max_workers: int,
+    on_task: Callable[[], None] | None,
+) -> int:
+    """Cubed's own task function (zarr-python IO) on a thread pool."""
+    pipeline = node["pipeline"]
 
     def task(item: Any, created: float) -> tuple[Any, float, float, float]:
         start = time.time()
         try:
             result = pipeline.function(item, config=pipeline.config)
         except BaseException as e:
-            e.add_note(f"chunkfuse: in Cubed op {name!r} ({_describe(node)}), task {item!r}")
+            e.add_note(f"chunkfuse: in Cubed op {name!r}, output chunk {list(item)}")
             raise
         return result, created, start, time.time()
 
@@ -63,11 +88,6 @@ def run_python_op(
                 f.cancel()
             raise
     return len(items)
-
-
-def _describe(node: dict[str, Any]) -> str:
-    func = node.get("func_name") or node.get("op_name") or "?"
-    return f"function {func}"
 
 
 def _report(

@@ -52,7 +52,10 @@ struct ReduceProcessor {
     /// Input region of the whole output chunk.
     chunk_input: Region,
     group: usize,
+    /// Made at the first fold, not when the task is built: a stage's tasks all exist at
+    /// once, their accumulators should not.
     acc: Option<Accumulator>,
+    acc_len: usize,
     acc_bytes: u64,
     shared: Arc<OutputChunk>,
     /// Decoded pieces waiting to be folded together.
@@ -89,6 +92,20 @@ impl ReduceProcessor {
     /// but arg-reductions) the pieces are folded slab by slab along the first kept axis, all
     /// pieces per slab, so the slab of the accumulator stays in cache instead of streaming
     /// the whole accumulator through memory once per piece.
+    /// The task's accumulator, made on first use.
+    fn accumulator(&mut self) -> Result<&mut Accumulator> {
+        if self.acc.is_none() {
+            self.acc = Some(Accumulator::new(
+                self.params.func,
+                self.fused.dtype(),
+                self.acc_len,
+            )?);
+        }
+        self.acc
+            .as_mut()
+            .ok_or_else(|| Error::internal("reduction accumulator missing"))
+    }
+
     fn fold_pending(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
         let Some((first, _)) = pending.first() else {
@@ -96,6 +113,7 @@ impl ReduceProcessor {
         };
         let rank = first.rank();
         let strides = self.acc_strides(first);
+        self.accumulator()?;
         let acc = self
             .acc
             .as_mut()
@@ -199,6 +217,7 @@ impl Processor for ReduceProcessor {
     }
 
     fn finish(mut self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+        self.accumulator()?;
         let acc = self
             .acc
             .take()
@@ -347,8 +366,10 @@ pub fn tasks(
         });
         for (g, group) in groups.into_iter().enumerate() {
             let batches = group.iter().map(|r| r.read_ops(&arrays)).collect();
-            let compute = fused.dtype();
-            let acc = Accumulator::new(params.func, compute, acc_len)?;
+            // Fail at planning time, not in a task, for a function the dtype cannot take.
+            if g == 0 {
+                Accumulator::new(params.func, fused.dtype(), 0)?;
+            }
             // Accumulator + two pieces read ahead + the pending pieces' leaf buffers + output.
             let memory =
                 acc_bytes + 2 * piece_read + fold_every as u64 * piece_bytes + 2 * out_bytes;
@@ -364,7 +385,8 @@ pub fn tasks(
                     pieces: group,
                     chunk_input: chunk_input.clone(),
                     group: g,
-                    acc: Some(acc),
+                    acc: None,
+                    acc_len,
                     acc_bytes,
                     shared: shared.clone(),
                     pending: Vec::new(),

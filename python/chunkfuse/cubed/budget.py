@@ -1,0 +1,70 @@
+"""The engine's memory budget for a Cubed plan, from Cubed's own memory model."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import psutil
+from cubed.spec import Spec
+
+log = logging.getLogger("chunkfuse.cubed")
+
+#: Engine budget when Cubed's spec gives none (Cubed's own default allowed_mem is 2 GB).
+DEFAULT_ALLOWED_MEM = 2_000_000_000
+
+#: The smallest engine budget chosen from Cubed's projections (big enough for full speed on
+#: chunks of a few MB; see bench/RESULTS.md).
+MIN_ENGINE_BUDGET = 256_000_000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The engine budget to plan with, and the most it may grow to when a task needs more."""
+
+    budget: int
+    ceiling: int
+
+
+def engine_budget(spec: Spec | None, workers: int, max_mem: Any, dag: nx.MultiDiGraph) -> Budget:
+    """The engine's budget; refuses a budget the machine cannot hold (as Cubed's executors do)."""
+    total = psutil.virtual_memory().total
+    if max_mem is not None:
+        budget = int(max_mem)
+        if budget > total:
+            raise ValueError(
+                f"RustExecutor: max_mem ({budget}) is more than the machine's memory ({total})"
+            )
+        return Budget(budget, budget)
+    allowed = getattr(spec, "allowed_mem", None) or DEFAULT_ALLOWED_MEM
+    reserved = getattr(spec, "reserved_mem", None) or 0
+    if allowed * workers > total:
+        raise ValueError(
+            f"Total memory on machine ({total}) is less than allowed_mem * max_workers "
+            f"({allowed} * {workers} = {allowed * workers})"
+        )
+    # One process holds every worker's share; the interpreter's reserve is counted once.
+    ceiling = max(allowed - reserved, 1) * workers
+    projected = max(
+        (
+            node["primitive_op"].projected_mem - node["primitive_op"].reserved_mem
+            for _, node in dag.nodes(data=True)
+            if "primitive_op" in node
+        ),
+        default=0,
+    )
+    return Budget(min(ceiling, max(MIN_ENGINE_BUDGET, projected * workers)), ceiling)
+
+
+def engine_call(budget: Budget, call: Any) -> Any:
+    """`call(max_mem)` with the budget; again with the ceiling if a task did not fit (the
+    engine checks every task before it writes anything)."""
+    try:
+        return call(budget.budget)
+    except MemoryError:
+        if budget.budget >= budget.ceiling:
+            raise
+        log.info("a task needs more than %d bytes; planning with %d", budget.budget, budget.ceiling)
+        return call(budget.ceiling)

@@ -1,0 +1,99 @@
+//! Runs an engine call on its own thread while the calling Python thread waits with the GIL
+//! released, waking every 50 ms to handle signals (Ctrl-C cancels) and report progress.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chunkfuse_engine::exec::progress::Progress;
+use chunkfuse_engine::run::RunSummary;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+use crate::to_py;
+
+/// Runs `job` on an engine thread; returns its summary as JSON text.
+///
+/// `progress(tasks_done, tasks_total)` is called (with the GIL, on this thread) whenever the
+/// counters changed; an exception from it, or a signal handler's (KeyboardInterrupt), sets
+/// `cancel`, waits for the engine to stop, and is raised. `on_error` may turn an engine error
+/// into the Python exception behind it.
+pub fn drive<F>(
+    py: Python<'_>,
+    counters: Arc<Progress>,
+    cancel: Arc<AtomicBool>,
+    progress: Option<Bound<'_, PyAny>>,
+    job: F,
+) -> PyResult<String>
+where
+    F: FnOnce() -> chunkfuse_engine::Result<RunSummary> + Send + 'static,
+{
+    drive_with(py, counters, cancel, progress, job, |_, e| to_py(e))
+}
+
+/// `drive`, with a custom mapping of engine errors to Python exceptions.
+pub fn drive_with<F, M>(
+    py: Python<'_>,
+    counters: Arc<Progress>,
+    cancel: Arc<AtomicBool>,
+    progress: Option<Bound<'_, PyAny>>,
+    job: F,
+    on_error: M,
+) -> PyResult<String>
+where
+    F: FnOnce() -> chunkfuse_engine::Result<RunSummary> + Send + 'static,
+    M: FnOnce(Python<'_>, chunkfuse_engine::Error) -> PyErr,
+{
+    let mut reported = (0u64, 0u64);
+    let mut report = || -> PyResult<()> {
+        let now = (
+            counters.tasks_done.load(Ordering::Relaxed),
+            counters.tasks_total.load(Ordering::Relaxed),
+        );
+        if let Some(cb) = &progress {
+            if now != reported {
+                reported = now;
+                cb.call1(now)?;
+            }
+        }
+        Ok(())
+    };
+    let (tx, rx) = mpsc::channel();
+    let engine = std::thread::Builder::new()
+        .name("chunkfuse-run".into())
+        .spawn(move || {
+            // The receiver only goes away when Python gave up waiting; nothing to report then.
+            let _ = tx.send(job());
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the engine thread: {e}")))?;
+    let mut rx = rx;
+    let outcome = loop {
+        // The receiver is not Sync, so it moves into the GIL-free closure and back out.
+        let (back, received) = py.detach(move || {
+            let received = rx.recv_timeout(Duration::from_millis(50));
+            (rx, received)
+        });
+        rx = back;
+        match received {
+            Ok(result) => break result,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(stop) = py.check_signals().and_then(|()| report()) {
+                    cancel.store(true, Ordering::SeqCst);
+                    // Wait for the engine to stop so nothing runs after we return.
+                    let _ = py.detach(|| engine.join());
+                    return Err(stop);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err(
+                    "the engine thread stopped without a result",
+                ))
+            }
+        }
+    };
+    let _ = py.detach(|| engine.join());
+    let summary = outcome.map_err(|e| on_error(py, e))?;
+    report()?;
+    serde_json::to_string(&summary).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
