@@ -233,3 +233,22 @@ def test_results_equal_cubed_threads_executor(
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-9)
     else:
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_shard_shape_groups_whole_chunks_under_the_limit() -> None:
+    from chunkfuse.cubed.translate import shard_shape
+
+    assert shard_shape((100, 100), (10, 10), 8, limit=8 * 10 * 10 * 20) == (20, 100)
+    assert shard_shape((100, 100), (100, 100), 8) is None  # one chunk: nothing to group
+    assert shard_shape((5,), (2,), 4, limit=1 << 20) == (6,)  # whole chunks, past the edge
+
+
+def test_intermediates_the_engine_writes_are_sharded_zarr_v3(tmp_path: Path, spec: Any) -> None:
+    a = np.random.default_rng(1).random((1536, 1536))  # 18 MB: big enough to shard
+    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (256, 256)), spec=spec)
+    y = (x + 1).rechunk((128, 512))
+    np.testing.assert_allclose(y.compute(executor=RustExecutor()), a + 1)
+    lazy = y._zarray
+    written = zarr.open_array(store=lazy.store, path=lazy.path, mode="r")
+    assert written.shards is not None and written.chunks == (128, 512)
+    np.testing.assert_allclose(written[...], a + 1)

@@ -6,6 +6,7 @@ and the default `threads` executor with RustExecutor, before collection.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import cubed.core.array as _core_array
@@ -26,6 +27,7 @@ KNOWN_FAILURES = {
 }
 
 _totals = {"computes": 0, "native_tasks": 0, "python_tasks": 0, "engine_runs": 0}
+_reasons: Counter[str] = Counter()
 _execute_dag = RustExecutor.execute_dag
 
 
@@ -38,6 +40,8 @@ def _counting_execute_dag(self: RustExecutor, *args: Any, **kwargs: Any) -> None
         _totals["native_tasks"] += stats.native_tasks
         _totals["python_tasks"] += stats.python_tasks
         _totals["engine_runs"] += stats.engine_runs
+        for reason in stats.python_ops.values():
+            _reasons[reason[:70]] += 1
 
 
 RustExecutor.execute_dag = _counting_execute_dag  # type: ignore[method-assign]
@@ -83,3 +87,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         f"chunkfuse RustExecutor: {t['computes']} computes, {t['native_tasks']} native tasks "
         f"in {t['engine_runs']} engine runs, {t['python_tasks']} tasks in Python"
     )
+    for reason, n in _reasons.most_common(12):
+        terminalreporter.write_line(f"  {n:5d} ops in Python: {reason}")

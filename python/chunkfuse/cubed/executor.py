@@ -168,25 +168,43 @@ class _Run:
         progress = _CubedProgress(ops, self.callbacks)
         if writes:
             plan = self.t.builder.plan(
-                "cubed", [(w.symbol, w.url, w.chunks, w.codec) for w in writes]
+                "cubed", [(w.symbol, w.url, w.chunks, w.codec, w.shards) for w in writes]
             )
             log.debug("engine plan: %s", plan)
-            engine_call(
-                self.max_mem,
-                lambda budget: chunkfuse.run_plan(
-                    plan,
-                    max_mem=budget,
-                    threads=self.workers,
-                    work_dir=self.work_dir,
-                    progress=progress if self.callbacks else None,
-                ),
-            )
+            try:
+                engine_call(
+                    self.max_mem,
+                    lambda budget: chunkfuse.run_plan(
+                        plan,
+                        max_mem=budget,
+                        threads=self.workers,
+                        work_dir=self.work_dir,
+                        progress=progress if self.callbacks else None,
+                    ),
+                )
+            except MemoryError as e:
+                # The engine checks every task before it writes anything: run the ops as Cubed
+                # planned them (each task within allowed_mem), one after the other.
+                self._run_in_python(ops, f"the engine's tasks do not fit the budget: {e}")
+                return
             self.stats.engine_runs += 1
             self.stats.arrays_written += len(writes)
         progress.finish()
         for name, node in ops:
             self.stats.native_ops.append(name)
             self.stats.native_tasks += node["primitive_op"].num_tasks
+            handle_operation_end_callbacks(self.callbacks, name)
+
+    def _run_in_python(self, ops: list[tuple[str, dict[str, Any]]], reason: str) -> None:
+        log.info("running %d ops in Python: %s", len(ops), reason)
+        for name, node in ops:
+            n, engine_io = run_python_op(
+                name, node, self.callbacks, self.workers, self.max_mem, self.work_dir
+            )
+            self.stats.python_ops[name] = reason
+            self.stats.python_tasks += n
+            if engine_io:
+                self.stats.engine_io_tasks += n
             handle_operation_end_callbacks(self.callbacks, name)
 
 

@@ -217,9 +217,12 @@ class IrBuilder:
     def plan(
         self,
         name: str,
-        writes: Sequence[tuple[Full, str, tuple[int, ...], dict[str, Any] | None]],
+        writes: Sequence[
+            tuple[Full, str, tuple[int, ...], dict[str, Any] | None, tuple[int, ...] | None]
+        ],
     ) -> dict[str, Any]:
-        """A plan that writes each `(symbol, url, chunks, codec)`, with only the nodes it needs.
+        """A plan that writes each `(symbol, url, chunks, codec, shards)`, with only the nodes
+        it needs.
 
         A codec of None writes into the existing array at the URL, keeping its metadata.
         """
@@ -237,11 +240,13 @@ class IrBuilder:
                     stack.append(node["input"])
         arrays = [{"id": sid, "zarr": url} for sid, url in self.sources.items() if sid in needed]
         ops = [dict(node) for nid, node in self.nodes.items() if nid in needed]
-        for i, (sym, url, chunks, codec) in enumerate(writes):
+        for i, (sym, url, chunks, codec, shards) in enumerate(writes):
             write: dict[str, Any] = {"id": f"write.{i}", "op": "write", "input": sym.root}
             if codec is None:
                 write.update(target=url, existing=True)
             else:
                 write.update(target=url, chunks=list(chunks), codec=codec, zarr_format=3)
+                if shards is not None:
+                    write["shards"] = list(shards)
             ops.append(write)
         return {"name": name, "arrays": arrays, "ops": ops}

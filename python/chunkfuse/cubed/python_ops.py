@@ -39,8 +39,12 @@ def run_python_op(
         return 0, False
     prepared = engine_ops.prepare(node)
     if prepared is not None:
-        n = engine_ops.run(name, node, prepared, callbacks, max_workers, max_mem, work_dir)
-        return n, True
+        try:
+            n = engine_ops.run(name, node, prepared, callbacks, max_workers, max_mem, work_dir)
+            return n, True
+        except MemoryError:
+            pass  # checked before any chunk is written: Cubed's tasks fit allowed_mem
+
     return _run_cubed_tasks(name, node, items, callbacks, max_workers, on_task), False
 
 

@@ -10,7 +10,7 @@ engine cannot write) is turned into a Python op, and the walk repeats until it s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
@@ -35,6 +35,31 @@ class Write:
     url: str
     chunks: tuple[int, ...]
     codec: dict[str, Any] | None  # None: into the existing array, with its own codecs
+    shards: tuple[int, ...] | None = None
+
+
+#: Largest shard of an intermediate the engine writes (whole shards per task, so this bounds the
+#: extra memory a write task holds).
+SHARD_BYTES = 32 << 20
+
+#: Arrays smaller than this are not sharded: few files anyway, and Cubed's small budgets
+#: (tests use a few hundred bytes) must still fit a write task.
+SHARD_MIN_ARRAY_BYTES = 16 << 20
+
+
+def shard_shape(
+    shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int, limit: int = SHARD_BYTES
+) -> tuple[int, ...] | None:
+    """Shards of whole chunks up to `limit` bytes (last axes grown first), or None when a
+    shard would hold a single chunk."""
+    shard = list(chunks)
+    nbytes = math.prod(chunks) * itemsize
+    for d in reversed(range(len(shape))):
+        nchunks = -(-shape[d] // chunks[d])
+        k = max(1, min(nchunks, limit // max(nbytes, 1)))
+        shard[d] = chunks[d] * k
+        nbytes *= k
+    return None if tuple(shard) == tuple(chunks) else tuple(shard)
 
 
 @dataclass
@@ -115,14 +140,34 @@ def _translate_once(
                 symbols[a] = leaves.symbol(a, dag.nodes[a].get("target"))
 
     needed = _needed_arrays(dag, t, visited, requested)
+    python_inputs = {
+        a
+        for name, _ in ops
+        if name != CREATE_ARRAYS and not t.native.get(name)
+        for a in op_inputs(dag, name)
+    }
     for name, _ in ops:
         if not t.native.get(name):
             continue
         for a in op_outputs(dag, name):
             if a not in needed:
                 continue
+            target = dag.nodes[a]["target"]
             try:
-                write = _write_for(builder, a, dag.nodes[a]["target"], symbols[a])
+                write = _write_for(builder, a, target, symbols[a])
+                # Cubed's intermediates that only the engine and zarr-python read back are
+                # written sharded (fewer files); Python ops write chunk by chunk into theirs.
+                nbytes = math.prod(target.shape) * np.dtype(target.dtype).itemsize
+                if (
+                    write.codec is not None
+                    and not _user_target(a, target)
+                    and a not in python_inputs
+                    and nbytes >= SHARD_MIN_ARRAY_BYTES
+                ):
+                    shards = shard_shape(
+                        tuple(target.shape), write.chunks, np.dtype(target.dtype).itemsize
+                    )
+                    write = replace(write, shards=shards)
                 t.writes.setdefault(name, []).append(write)
             except NotNative as e:
                 t.reasons[name] = f"!output {a} cannot be written natively: {e}"
