@@ -56,6 +56,9 @@ struct Running {
     busy: bool,
     processed_all: bool,
     writes_pending: usize,
+    /// Writes the last processed batch issued: the next batch waits until no more than these
+    /// are pending, so a task holds at most two batches' encoded output.
+    write_allowance: usize,
     reservation: Option<Reservation>,
     ended: bool,
 }
@@ -223,6 +226,7 @@ fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
         busy: false,
         processed_all: false,
         writes_pending: 0,
+        write_allowance: 0,
         reservation: Some(reservation),
         ended: false,
     }));
@@ -365,7 +369,7 @@ fn try_process(ctx: &Arc<Ctx>, t: &TaskRef) {
     }
     let job = match t.lock() {
         Ok(mut r) => {
-            if r.ended || r.busy || r.processed_all {
+            if r.ended || r.busy || r.processed_all || r.writes_pending > r.write_allowance {
                 None
             } else {
                 let next = r.next;
@@ -455,6 +459,7 @@ fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
     }
     if let Ok(mut r) = t.lock() {
         r.writes_pending += writes.len();
+        r.write_allowance = writes.len();
     }
     for w in writes {
         let ctx2 = ctx.clone();
@@ -465,7 +470,11 @@ fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
             }
             match res {
                 Err(e) => end(&ctx2, &t2, Some(e)),
-                Ok(()) => check_done(&ctx2, &t2),
+                Ok(()) => {
+                    // A batch held back by this task's pending writes may go now.
+                    try_process(&ctx2, &t2);
+                    check_done(&ctx2, &t2);
+                }
             }
         });
         match w.value {

@@ -321,32 +321,49 @@ fn intermediate(
     Ok(materials.len() - 1)
 }
 
+/// Output chunks a compute task encodes per batch: a few per thread, so their writes overlap
+/// the next batch's encoding.
+pub fn chunks_per_encode(threads: usize) -> usize {
+    (2 * threads).max(1)
+}
+
+/// Encoded bytes a compute task holds at most: the scheduler lets one encode batch's writes be
+/// in flight while the next batch is encoded (at most the decoded size each).
+pub fn encoded_in_flight(out_bytes: u64, out_chunk_bytes: u64, threads: usize) -> u64 {
+    out_bytes.min(2 * chunks_per_encode(threads) as u64 * out_chunk_bytes)
+}
+
 /// Bytes a compute task is projected to hold: its leaf buffers, its output values (none for a
-/// plain copy, whose leaf buffer is the output), the encoded output (at most the decoded
-/// size), and two batches of reads in flight.
+/// plain copy, whose leaf buffer is the output), the encoded chunks in flight, and two batches
+/// of reads in flight.
 pub fn compute_task_bytes(
     leaf_bytes: u64,
     out_bytes: u64,
     plain_copy: bool,
     batch_bytes: u64,
+    encoded_bytes: u64,
 ) -> u64 {
     let values = if plain_copy { 0 } else { out_bytes };
-    leaf_bytes + values + out_bytes + 2 * batch_bytes
+    leaf_bytes + values + encoded_bytes + 2 * batch_bytes
 }
 
-/// [`compute_task_bytes`] for a block of `elements` output elements.
+/// [`compute_task_bytes`] for a block of `elements` output elements in chunks of
+/// `chunk_elements`.
 fn block_task_bytes(
     elements: u64,
+    chunk_elements: u64,
     itemsize: u64,
     in_itemsize: u64,
     plain_copy: bool,
     batch_bytes: u64,
+    threads: usize,
 ) -> u64 {
     compute_task_bytes(
         elements * in_itemsize,
         elements * itemsize,
         plain_copy,
         batch_bytes,
+        encoded_in_flight(elements * itemsize, chunk_elements * itemsize, threads),
     )
 }
 
@@ -377,7 +394,17 @@ fn plan_copy(
     // Chunk-aligned outputs (each output chunk inside one input chunk, or equal): no blocks needed.
     let block = rechunk::block_chunks(&src.grid, &out_grid);
     let block_elems = rechunk::block_elements(&out_grid, &block);
-    if block == ones || block_task_bytes(block_elems, itemsize, in_itemsize, plain, batch) <= limit
+    let out_chunk_elems = out_grid.chunk_shape().iter().product::<u64>().max(1);
+    if block == ones
+        || block_task_bytes(
+            block_elems,
+            out_chunk_elems,
+            itemsize,
+            in_itemsize,
+            plain,
+            batch,
+            opts.threads,
+        ) <= limit
     {
         stages.push(Stage::Compute {
             input: src,
@@ -400,10 +427,12 @@ fn plan_copy(
     let fits = |g: &ChunkGrid, b: &[u64], in_size: u64, plain: bool| {
         block_task_bytes(
             rechunk::block_elements(g, b),
+            g.chunk_shape().iter().product::<u64>().max(1),
             itemsize,
             in_size,
             plain,
             batch,
+            opts.threads,
         ) <= limit
     };
     if fits(&inter_grid, &b1, in_itemsize, plain) && fits(&out_grid, &b2, itemsize, true) {

@@ -168,16 +168,20 @@ pub fn tasks(
             let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
             let read_batches = batches.len();
             // Encoding is split in batches of a few chunks per thread so writes overlap it.
-            let per_encode = (2 * rayon::current_num_threads()).max(1);
+            let threads = rayon::current_num_threads();
+            let per_encode = crate::optimize::stages::chunks_per_encode(threads);
             batches.extend((0..chunks.len().div_ceil(per_encode)).map(|_| Vec::new()));
             let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
             let out_bytes = region.len() * out.dtype().size() as u64;
             let plain = fused.plain_leaf(out.dtype()).is_some();
+            let chunk_bytes =
+                out.grid().chunk_shape().iter().product::<u64>() * out.dtype().size() as u64;
             let memory = crate::optimize::stages::compute_task_bytes(
                 read.leaf_bytes(&arrays),
                 out_bytes,
                 plain,
                 batch_bytes,
+                crate::optimize::stages::encoded_in_flight(out_bytes, chunk_bytes, threads),
             );
             let label = format!("{label}: block {b:?}");
             Task {
