@@ -9,7 +9,7 @@ caller as the same type, with a note naming the op and the output chunk.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -25,7 +25,6 @@ def run_python_op(
     max_workers: int,
     max_mem: Any,
     work_dir: str | None = None,
-    on_task: Callable[[], None] | None = None,
 ) -> tuple[int, bool]:
     """Run every task of one op; fire a TaskEndEvent per task.
 
@@ -45,7 +44,7 @@ def run_python_op(
         except MemoryError:
             pass  # checked before any chunk is written: Cubed's tasks fit allowed_mem
 
-    return _run_cubed_tasks(name, node, items, callbacks, max_workers, on_task), False
+    return _run_cubed_tasks(name, node, items, callbacks, max_workers), False
 
 
 def _run_cubed_tasks(
@@ -54,7 +53,6 @@ def _run_cubed_tasks(
     items: list[Any],
     callbacks: Sequence[Callback] | None,
     max_workers: int,
-    on_task: Callable[[], None] | None,
 ) -> int:
     """Cubed's own task function (zarr-python IO) on a thread pool."""
     pipeline = node["pipeline"]
@@ -72,8 +70,6 @@ def _run_cubed_tasks(
     if workers == 1:
         for item in items:
             _report(name, callbacks, *task(item, time.time()))
-            if on_task is not None:
-                on_task()
         return len(items)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chunkfuse-py") as pool:
         futures: list[Future[tuple[Any, float, float, float]]] = [
@@ -85,8 +81,6 @@ def _run_cubed_tasks(
                 done, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
                 for f in done:
                     _report(name, callbacks, *f.result())
-                    if on_task is not None:
-                        on_task()
         except BaseException:
             for f in pending:
                 f.cancel()
