@@ -118,3 +118,30 @@ def test_ctrl_c_cancels_a_run_promptly(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
     # No half-written chunk is left behind.
     assert not [p for p in (tmp_path / "y.zarr").rglob("*") if ".partial" in p.name]
+
+
+def test_write_into_an_existing_array_keeps_its_metadata(tmp_path: Path) -> None:
+    """`"existing": true` writes chunks with the array's own codecs and keeps its attributes."""
+    import chunkfuse
+
+    plan, _ = _copy_plan(tmp_path)
+    out = tmp_path / "made-elsewhere.zarr"
+    made = zarr.create_array(
+        out,
+        shape=(64, 64),
+        chunks=(16, 32),
+        dtype="f4",
+        compressors=[zarr.codecs.GzipCodec(level=1)],
+        attributes={"units": "K"},
+    )
+    plan["ops"][1] = {"id": "w", "op": "write", "input": "y", "target": str(out), "existing": True}
+    chunkfuse.run_plan(plan)
+    got = zarr.open_array(out, mode="r")
+    assert got.attrs["units"] == "K" and got.chunks == made.chunks
+    assert "gzip" in str(got.metadata.codecs).lower()
+    np.testing.assert_array_equal(got[...], -zarr.open_array(tmp_path / "x.zarr")[...])
+
+    # Format fields cannot be given with "existing": the plan error names the field.
+    plan["ops"][1]["codec"] = {"name": "zstd"}
+    with pytest.raises(ValueError, match=r"ops\[1\]\.codec"):
+        chunkfuse.run_plan(plan)
