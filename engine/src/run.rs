@@ -163,11 +163,13 @@ fn open_materials(
     Ok(Arc::new(arrays))
 }
 
-/// The tasks of one stage and its description.
+/// The tasks of one stage and its description. `task_share` is what one reduce task may hold
+/// (it decides how many pieces a task folds together).
 fn stage_tasks(
     stage: &Stage,
     arrays: &Arc<Vec<Arc<ZarrArray>>>,
     batch_limit: u64,
+    task_share: u64,
 ) -> Result<(String, Vec<crate::exec::Task>)> {
     Ok(match stage {
         Stage::Compute {
@@ -207,7 +209,7 @@ fn stage_tasks(
                     ddof: *ddof,
                 },
                 label,
-                batch_limit * 2,
+                task_share,
             )?,
         ),
     })
@@ -274,6 +276,10 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let engine = Engine::new(opts)?;
     let (progress, task_budget) = (engine.progress.clone(), engine.task_budget);
     let batch_limit = (engine.max_mem / 16).max(1);
+    // Room for two tasks per thread: reductions fold several pieces per pass over their
+    // accumulator only when a task may hold them.
+    let threads = engine.scheduler.threads().max(1) as u64;
+    let task_share = (task_budget / (2 * threads)).max(2 * batch_limit);
     let physical = stages::plan(
         &graph,
         PlanOptions {
@@ -286,7 +292,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     // created on disk.
     let stand_ins = open_materials(&physical.materials, opts.io_threads, None)?;
     for stage in &physical.stages {
-        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit)?;
+        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share)?;
         engine.check_fits(&tasks)?;
     }
     drop(stand_ins);
@@ -318,7 +324,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         .collect();
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
-        let (name, tasks) = stage_tasks(stage, &arrays, batch_limit)?;
+        let (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
         stage_names.push(name);
         progress.add_tasks(tasks.len() as u64);
         engine.scheduler.run(tasks)?;
