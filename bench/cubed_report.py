@@ -62,7 +62,6 @@ def measure_cubed(
 ) -> list[CubedResult]:
     """Time every workload with both executors plus its floor; compare their outputs."""
     py = sys.executable
-    floors: dict[str, tuple[float | None, str]] = {}
 
     def floor(kind: str, chunks: tuple[int, ...] | None) -> float | None:
         argv = [str(binary), "bench", kind, str(source), "--threads", threads, "--json"]
@@ -70,18 +69,23 @@ def measure_cubed(
             argv[4:4] = ["--chunks", ",".join(map(str, chunks)), "--codec", "zstd:3"]
         return measure("floor", f"chunkfuse {kind}", argv, nbytes, repeat, None).seconds
 
-    read = floor("read", None)
-    floors["sum"] = floors["mean"] = (read, "decode the input")
-    codec_same = floor("codec", source_chunks)
-    floors["anomaly"] = (
-        (read + codec_same) if read and codec_same else None,
-        "decode the input twice (mean, then anomaly) and encode the output (zstd 3)",
-    )
-    floors["rechunk"] = (floor("codec", rechunk_chunks), "decode the input, encode (zstd 3)")
+    def op_floor(op: str) -> tuple[float | None, str]:
+        read = floor("read", None)
+        if op in ("sum", "mean"):
+            return read, "decode the input"
+        if op == "anomaly":
+            codec = floor("codec", source_chunks)
+            return (
+                (read + codec) if read and codec else None,
+                "decode the input twice (mean, then anomaly) and encode the output (zstd 3)",
+            )
+        return floor("codec", rechunk_chunks), "decode the input, encode (zstd 3)"
 
     results = []
     for op in WORKLOADS:
         print(f"cubed {op}:", file=sys.stderr)
+        # Each workload's floor is measured right before it: shared machines drift.
+        floor_seconds, floor_what = op_floor(op)
         rows = {}
         for executor in ("rust", "threads"):
             dst = work / f"cubed-{op}-{executor}.zarr"
@@ -92,7 +96,9 @@ def measure_cubed(
             label = "RustExecutor" if executor == "rust" else "cubed threads"
             rows[executor] = measure(f"cubed {op}", label, argv, nbytes, repeat, dst)
         check = _check(work / f"cubed-{op}-rust.zarr", work / f"cubed-{op}-threads.zarr", op)
-        results.append(CubedResult(op, rows["rust"], rows["threads"], *floors[op], check))
+        results.append(
+            CubedResult(op, rows["rust"], rows["threads"], floor_seconds, floor_what, check)
+        )
     return results
 
 
