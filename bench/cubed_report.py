@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-WORKLOADS = BENCH_OPS = ("sum", "mean", "anomaly", "rechunk")
+WORKLOADS = ("sum", "mean", "anomaly", "rechunk")
 SCRIPT = Path(__file__).resolve().parent / "cubed_workloads.py"
 
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::exec::ops::chunk_fn::{self, ChunkFunction, ChunkTask};
-use crate::run::{peak_rss, Engine, RunOptions, RunSummary};
+use crate::run::{Engine, RunOptions, RunSummary};
 use crate::store::open_store;
 use crate::zarr::ZarrArray;
 
@@ -52,24 +52,11 @@ pub fn run_chunk_job(job: ChunkJob, opts: &RunOptions) -> Result<RunSummary> {
     let engine = Engine::new(opts)?;
     let tasks = chunk_fn::tasks(job.tasks, Arc::new(inputs), out, job.function)?;
     engine.check_fits(&tasks)?;
-    let progress = &engine.progress;
-    progress.add_tasks(tasks.len() as u64);
+    engine.progress.add_tasks(tasks.len() as u64);
     engine.scheduler.run(tasks)?;
-    progress.finish();
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(RunSummary {
-        plan: job.name,
-        seconds: started.elapsed().as_secs_f64(),
-        tasks: load(&progress.tasks_done),
-        stages: vec!["chunk function".into()],
-        bytes_read: load(&progress.bytes_read),
-        bytes_written: load(&progress.bytes_written),
-        decoded_bytes: load(&progress.decoded_bytes),
-        peak_rss: peak_rss(),
-        max_mem: engine.max_mem,
-        threads: engine.scheduler.threads(),
-        outputs: vec![job.target],
-    })
+    engine.progress.finish();
+    let stages = vec!["chunk function".to_string()];
+    Ok(engine.summary(job.name, started, stages, vec![job.target]))
 }
 
 #[cfg(test)]

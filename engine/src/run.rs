@@ -250,6 +250,30 @@ impl Engine {
         })
     }
 
+    /// The summary of a finished run that started at `started`.
+    pub fn summary(
+        &self,
+        plan: String,
+        started: Instant,
+        stages: Vec<String>,
+        outputs: Vec<String>,
+    ) -> RunSummary {
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        RunSummary {
+            plan,
+            seconds: started.elapsed().as_secs_f64(),
+            tasks: load(&self.progress.tasks_done),
+            stages,
+            bytes_read: load(&self.progress.bytes_read),
+            bytes_written: load(&self.progress.bytes_written),
+            decoded_bytes: load(&self.progress.decoded_bytes),
+            peak_rss: peak_rss(),
+            max_mem: self.max_mem,
+            threads: self.scheduler.threads(),
+            outputs,
+        }
+    }
+
     /// The error for a task that cannot fit the budget, or Ok.
     pub fn check_fits(&self, tasks: &[crate::exec::task::Task]) -> Result<()> {
         if let Some(t) = tasks.iter().max_by_key(|t| t.memory) {
@@ -331,20 +355,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     }
     progress.finish();
     drop(work);
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(RunSummary {
-        plan: graph.name.clone(),
-        seconds: started.elapsed().as_secs_f64(),
-        tasks: load(&progress.tasks_done),
-        stages: stage_names,
-        bytes_read: load(&progress.bytes_read),
-        bytes_written: load(&progress.bytes_written),
-        decoded_bytes: load(&progress.decoded_bytes),
-        peak_rss: peak_rss(),
-        max_mem: engine.max_mem,
-        threads: engine.scheduler.threads(),
-        outputs,
-    })
+    Ok(engine.summary(graph.name.clone(), started, stage_names, outputs))
 }
 
 /// Options of a rechunk job.

@@ -8,13 +8,11 @@ use std::sync::{Arc, Mutex};
 use chunkfuse_engine::array::{Buffer, DType};
 use chunkfuse_engine::chunk_job::{run_chunk_job, ChunkJob};
 use chunkfuse_engine::exec::ops::chunk_fn::{ChunkFunction, ChunkTask};
-use chunkfuse_engine::exec::progress::Progress;
-use chunkfuse_engine::run::RunOptions;
 use chunkfuse_engine::{Error, ErrorKind};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList};
 
-use crate::driver::drive_with;
+use crate::driver::{drive_with, observed_options};
 use crate::to_py;
 
 /// Calls `function(task, [bytearray, ...]) -> bytes` under the GIL; keeps the first Python
@@ -91,14 +89,7 @@ pub fn run_chunk_function(
     progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
     let out_dtype = DType::parse(out_dtype).map_err(to_py)?;
-    let counters = Arc::new(Progress::new(false));
-    let opts = RunOptions {
-        max_mem,
-        threads,
-        work_dir,
-        observe: Some(counters.clone()),
-        ..RunOptions::default()
-    };
+    let (opts, counters) = observed_options(max_mem, threads, work_dir);
     let cancel = opts.cancel.clone();
     let function = Arc::new(PyChunkFunction {
         function,

@@ -1,17 +1,35 @@
 //! Runs an engine call on its own thread while the calling Python thread waits with the GIL
 //! released, waking every 50 ms to handle signals (Ctrl-C cancels) and report progress.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chunkfuse_engine::exec::progress::Progress;
-use chunkfuse_engine::run::RunSummary;
+use chunkfuse_engine::run::{RunOptions, RunSummary};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::to_py;
+
+/// Run options for a call from Python, with counters the waiting thread reads for progress.
+pub fn observed_options(
+    max_mem: Option<u64>,
+    threads: usize,
+    work_dir: Option<PathBuf>,
+) -> (RunOptions, Arc<Progress>) {
+    let counters = Arc::new(Progress::new(false));
+    let opts = RunOptions {
+        max_mem,
+        threads,
+        work_dir,
+        observe: Some(counters.clone()),
+        ..RunOptions::default()
+    };
+    (opts, counters)
+}
 
 /// Runs `job` on an engine thread; returns its summary as JSON text.
 ///

@@ -6,11 +6,9 @@ mod driver;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use chunkfuse_engine::exec::progress::Progress;
 use chunkfuse_engine::plan::Plan;
-use chunkfuse_engine::run::{self, RunOptions};
+use chunkfuse_engine::run;
 use chunkfuse_engine::{Error, ErrorKind};
 use pyo3::exceptions::{
     PyKeyboardInterrupt, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
@@ -56,14 +54,7 @@ fn run_plan(
     progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
     let plan = Plan::from_json(plan_json, &params).map_err(to_py)?;
-    let counters = Arc::new(Progress::new(false));
-    let opts = RunOptions {
-        max_mem,
-        threads,
-        work_dir,
-        observe: Some(counters.clone()),
-        ..RunOptions::default()
-    };
+    let (opts, counters) = driver::observed_options(max_mem, threads, work_dir);
     let cancel = opts.cancel.clone();
     driver::drive(py, counters, cancel, progress, move || {
         run::run_plan(&plan, &opts)

@@ -9,7 +9,6 @@ small in-memory arrays), which are served in Python. Other ops run Cubed's own t
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,11 +21,12 @@ from cubed.primitive.blockwise import (
     get_results_in_different_scope,
     key_to_slices,
 )
-from cubed.runtime.types import Callback, TaskEndEvent
+from cubed.runtime.types import Callback
 from cubed.storage.virtual import VirtualArray
 
 import chunkfuse
 from chunkfuse.cubed.budget import engine_call
+from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.leaves import array_url
 
 
@@ -172,7 +172,7 @@ def run(
         out = np.broadcast_to(np.asarray(result, dtype=target.dtype), shape)
         return np.ascontiguousarray(out).tobytes()
 
-    progress = _TaskEvents(name, callbacks)
+    progress = TaskProgress([(name, len(op.tasks))], callbacks)
     tasks = [
         (list(t), [(n, list(i)) for n, i in r]) for t, r in zip(op.tasks, op.reads, strict=True)
     ]
@@ -191,38 +191,5 @@ def run(
             progress if callbacks else None,
         ),
     )
-    progress.finish(len(op.tasks))
+    progress.finish()
     return len(op.tasks)
-
-
-class _TaskEvents:
-    """One TaskEndEvent per engine task finished (engine tasks are Cubed's tasks here)."""
-
-    def __init__(self, name: str, callbacks: Sequence[Callback] | None) -> None:
-        self.name = name
-        self.callbacks = list(callbacks or [])
-        self.reported = 0
-        self.started = time.time()
-
-    def __call__(self, done: int, total: int) -> None:
-        self._report(done)
-
-    def finish(self, total: int) -> None:
-        self._report(total)
-
-    def _report(self, done: int) -> None:
-        if done <= self.reported or not self.callbacks:
-            self.reported = max(self.reported, done)
-            return
-        now = time.time()
-        event = TaskEndEvent(
-            name=self.name,
-            num_tasks=done - self.reported,
-            task_create_tstamp=self.started,
-            function_start_tstamp=self.started,
-            function_end_tstamp=now,
-            task_result_tstamp=now,
-        )
-        self.reported = done
-        for cb in self.callbacks:
-            cb.on_task_end(event)

@@ -7,18 +7,18 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
-from cubed.runtime.types import Callback, DagExecutor, TaskEndEvent
+from cubed.runtime.types import Callback, DagExecutor
 from cubed.runtime.utils import handle_operation_end_callbacks, handle_operation_start_callbacks
 from cubed.spec import Spec
 
 import chunkfuse
 from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
+from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.python_ops import run_python_op
 from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, translate
 
@@ -165,7 +165,9 @@ class _Run:
         writes = [w for name, _ in ops for w in self.t.writes.get(name, [])]
         for name, _ in ops:
             handle_operation_start_callbacks(self.callbacks, name)
-        progress = _CubedProgress(ops, self.callbacks)
+        progress = TaskProgress(
+            [(name, node["primitive_op"].num_tasks) for name, node in ops], self.callbacks
+        )
         if writes:
             plan = self.t.builder.plan(
                 "cubed", [(w.symbol, w.url, w.chunks, w.codec, w.shards) for w in writes]
@@ -206,56 +208,3 @@ class _Run:
             if engine_io:
                 self.stats.engine_io_tasks += n
             handle_operation_end_callbacks(self.callbacks, name)
-
-
-class _CubedProgress:
-    """Turns the engine's task counts into Cubed TaskEndEvents for the ops of one engine run.
-
-    Engine tasks do not map one to one onto Cubed's (one engine task may do several Cubed
-    tasks' work, and Cubed's partial-reduce rounds vanish), so the fraction of engine tasks done
-    is reported as the same fraction of the run's Cubed tasks, op after op; each op's events
-    add up to its `num_tasks` by the end.
-    """
-
-    def __init__(self, ops: list[tuple[str, dict[str, Any]]], callbacks: list[Callback]) -> None:
-        self.remaining = [(name, node["primitive_op"].num_tasks) for name, node in ops]
-        self.total = sum(n for _, n in self.remaining)
-        self.reported = 0
-        self.callbacks = callbacks
-        self.started = time.time()
-
-    def __call__(self, done: int, total: int) -> None:
-        if total > 0:
-            self._report_up_to(min(self.total, self.total * done // total))
-
-    def finish(self) -> None:
-        self._report_up_to(self.total)
-
-    def _report_up_to(self, target: int) -> None:
-        while self.reported < target and self.remaining:
-            name, left = self.remaining[0]
-            n = min(left, target - self.reported)
-            if n == left:
-                self.remaining.pop(0)
-            else:
-                self.remaining[0] = (name, left - n)
-            self.reported += n
-            self._event(name, n)
-        # Ops without tasks still get their (empty) turn, in order.
-        while self.remaining and self.remaining[0][1] == 0:
-            self.remaining.pop(0)
-
-    def _event(self, name: str, n: int) -> None:
-        if not self.callbacks:
-            return
-        now = time.time()
-        event = TaskEndEvent(
-            name=name,
-            num_tasks=n,
-            task_create_tstamp=self.started,
-            function_start_tstamp=self.started,
-            function_end_tstamp=now,
-            task_result_tstamp=now,
-        )
-        for cb in self.callbacks:
-            cb.on_task_end(event)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -92,17 +93,21 @@ def _is_identity(f: Any) -> bool:
     )
 
 
+def finished_plain(b: IrBuilder, s: Any, dtype: Any = None) -> Any:
+    """A finished sum/prod/min/max/any/all state as the whole array it stands for (cast to
+    `dtype`, else its own); anything else unchanged."""
+    if isinstance(s, Partial) and s.complete and s.kind in PLAIN_REDUCTIONS.values():
+        if dtype is None:
+            dtype = s.dtype if s.dtype is not None else b.reduce_dtype(s)
+        return b.reduce(s, s.shape, dtype)
+    return s
+
+
 def _as_full(b: IrBuilder, s: Any) -> Full | Const:
     """An operand for an elementwise function: whole arrays and constants."""
+    s = finished_plain(b, s)
     if isinstance(s, (Full, Const)):
         return s
-    if isinstance(s, Partial) and s.complete and s.kind in PLAIN_REDUCTIONS.values():
-        shape = tuple(
-            1 if i in s.axes else n
-            for i, n in enumerate(s.base.shape)
-            if s.keepdims or i not in s.axes
-        )
-        return b.reduce(s, shape, s.dtype if s.dtype is not None else b._reduce_dtype(s))
     raise NotNative(f"operand {type(s).__name__} is not a whole array")
 
 
@@ -177,8 +182,6 @@ def _apply_block_id(b: IrBuilder, inner: Any, args: list[Any], shape: tuple[int,
 
 def _squeeze(b: IrBuilder, x: Any, axes: tuple[int, ...], shape: tuple[int, ...]) -> Any:
     if isinstance(x, Partial) and x.complete and x.keepdims and set(axes) == set(x.axes):
-        from dataclasses import replace
-
         return replace(x, keepdims=False)
     full = _as_full(b, x)
     if isinstance(full, Const):

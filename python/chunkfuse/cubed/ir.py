@@ -159,18 +159,15 @@ class IrBuilder:
             del op["axes"]
             op["axis"] = p.axes[0]
         self.nodes[nid] = op
-        kept = tuple(
-            1 if i in p.axes else n
-            for i, n in enumerate(p.base.shape)
-            if p.keepdims or i not in p.axes
-        )
-        out = Full(nid, kept, self._reduce_dtype(p))
+        kept = p.shape
+        out = Full(nid, kept, self.reduce_dtype(p))
         if kept != tuple(shape):
             raise NotNative(f"reduction shape {kept} differs from Cubed's {tuple(shape)}")
         return self.astype(out, dtype)
 
     @staticmethod
-    def _reduce_dtype(p: Partial) -> np.dtype:
+    def reduce_dtype(p: Partial) -> np.dtype:
+        """The dtype the engine's reduction of `p` produces (numpy's rules)."""
         base = p.base.dtype
         if p.kind in ("argmin", "argmax"):
             return np.dtype("int64")

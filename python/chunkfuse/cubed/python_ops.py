@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from cubed.runtime.types import Callback, TaskEndEvent
+from cubed.runtime.types import Callback
 
 from chunkfuse.cubed import engine_ops
+from chunkfuse.cubed.events import report_tasks
 
 
 def run_python_op(
@@ -96,19 +97,7 @@ def _report(
     start: float,
     end: float,
 ) -> None:
-    if not callbacks:
-        return
-    event = TaskEndEvent(
-        name=name,
-        num_tasks=1,
-        result=result,
-        task_create_tstamp=created,
-        function_start_tstamp=start,
-        function_end_tstamp=end,
-        task_result_tstamp=time.time(),
-    )
-    for cb in callbacks:
-        cb.on_task_end(event)
+    report_tasks(callbacks, name, 1, created, start, end, result)
 
 
 def _create_arrays(name: str, arrays: list[Any], callbacks: Sequence[Callback] | None) -> int:

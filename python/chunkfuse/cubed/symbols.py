@@ -71,6 +71,15 @@ class Partial:
     ddof: float = 0.0
     squeezed: tuple[int, ...] = field(default=())
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the reduction's result (reduced axes kept as 1 unless squeezed)."""
+        return tuple(
+            1 if i in self.axes else n
+            for i, n in enumerate(self.base.shape)
+            if self.keepdims or i not in self.axes
+        )
+
     def advanced(self, complete: bool) -> Partial:
         """The same reduction after another combine round."""
         return replace(self, complete=complete)

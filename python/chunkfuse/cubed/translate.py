@@ -15,13 +15,20 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
+from cubed.core import ops
 from cubed.primitive.blockwise import BlockwiseSpec, ChunkKey, FunctionArgs
 from cubed.runtime.pipeline import visit_nodes
 
-from chunkfuse.cubed.functions import PLAIN_REDUCTIONS, apply, block_id_inner, flatten_fused, unwrap
+from chunkfuse.cubed.functions import (
+    apply,
+    block_id_inner,
+    finished_plain,
+    flatten_fused,
+    unwrap,
+)
 from chunkfuse.cubed.ir import IrBuilder
 from chunkfuse.cubed.leaves import LeafResolver, array_url, regular_chunks, write_codec
-from chunkfuse.cubed.symbols import Full, NotNative, Partial, Streamed
+from chunkfuse.cubed.symbols import Full, NotNative, Streamed
 
 CREATE_ARRAYS = "create-arrays"
 
@@ -259,18 +266,16 @@ def _translate_op(b: IrBuilder, node: dict[str, Any], symbols: dict[str, Any]) -
         return _rechunk(b, cfg, target, [evaluate({}, a) for a in fargs.args])
     root, preds = flatten_fused(cfg.function)
     args = [evaluate(preds, a) for a in fargs.args]
-    out = apply(b, root, args, tuple(target.shape), target.dtype)
-    if isinstance(out, Partial) and out.complete and out.kind in PLAIN_REDUCTIONS.values():
-        # A finished sum/min/...: its state is the result itself.
-        out = b.reduce(out, tuple(target.shape), target.dtype)
+    # A finished sum/min/...: its state is the result itself.
+    out = finished_plain(b, apply(b, root, args, tuple(target.shape), target.dtype), target.dtype)
+    if isinstance(out, Full) and out.shape != tuple(target.shape):
+        raise NotNative(f"result shape {out.shape} differs from Cubed's {tuple(target.shape)}")
     return out
 
 
 def _rechunk(b: IrBuilder, cfg: BlockwiseSpec, target: Any, args: list[Any]) -> Full:
     inner = block_id_inner(cfg.function)
     fn, kw = unwrap(inner) if inner is not None else (None, {})
-    from cubed.core import ops
-
     if fn is not ops._assemble_index_chunk or kw.get("func") is not None:
         raise NotNative("rechunk op with an unknown function")
     src = args[0].item if args and isinstance(args[0], Streamed) else None
