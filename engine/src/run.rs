@@ -188,6 +188,24 @@ fn stage_tasks(
                 batch_limit,
             ),
         ),
+        Stage::Fft {
+            input,
+            out,
+            steps,
+            norm,
+            label,
+        } => (
+            label.clone(),
+            crate::exec::ops::fft::tasks(
+                Arc::new(input.clone()),
+                arrays.clone(),
+                arrays[*out].clone(),
+                steps,
+                *norm,
+                label,
+                batch_limit,
+            ),
+        ),
         Stage::Reduce {
             input,
             out,

@@ -47,6 +47,8 @@ element!(f32, F32);
 element!(f64, F64);
 element!([f32; 2], C64);
 element!([f64; 2], C128);
+element!(num_complex::Complex<f32>, C64);
+element!(num_complex::Complex<f64>, C128);
 
 impl Drop for Buffer {
     fn drop(&mut self) {

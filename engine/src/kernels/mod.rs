@@ -1,5 +1,6 @@
 //! Compute kernels: fused elementwise programs over tiles, and streaming reductions.
 
+pub mod fft;
 pub mod ops;
 pub mod program;
 pub mod reduce;

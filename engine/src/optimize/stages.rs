@@ -75,6 +75,20 @@ pub enum Stage {
         /// For messages.
         label: String,
     },
+    /// Transforms `input` (already cast to the compute dtype) along whole axes into `out`,
+    /// one task per chunk of `out`.
+    Fft {
+        /// The values to transform.
+        input: Fused,
+        /// Where.
+        out: MatId,
+        /// The kernel steps.
+        steps: Vec<crate::kernels::fft::FftStep>,
+        /// Normalisation.
+        norm: crate::kernels::fft::FftNorm,
+        /// For messages.
+        label: String,
+    },
 }
 
 /// Materials and stages, in execution order.
@@ -115,6 +129,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
             NodeKind::Source(_) => vec![],
             NodeKind::Elementwise { inputs, .. } => inputs.clone(),
             NodeKind::Reduce(r) => vec![r.input],
+            NodeKind::Fft(f) => vec![f.input],
             NodeKind::Rechunk { input }
             | NodeKind::Slice { input, .. }
             | NodeKind::Write { input, .. } => {
@@ -130,6 +145,8 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     let mut fused: Vec<Option<Fused>> = vec![None; n];
     // Write nodes whose producer wrote straight into their target.
     let mut produced_target: Vec<Option<MatId>> = vec![None; n];
+    // Write nodes whose target material exists but still needs a copy.
+    let mut reserved_target: Vec<Option<MatId>> = vec![None; n];
 
     for (i, node) in graph.nodes.iter().enumerate() {
         // The single consumer, when it is a write: producers of materials write there directly.
@@ -206,6 +223,51 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     materials[out].grid.clone(),
                 ));
             }
+            NodeKind::Fft(spec) => {
+                let target = match direct_write {
+                    Some(w) => Some(target_material(graph, w, &mut materials)?),
+                    None => None,
+                };
+                let input = fused_of(&fused, spec.input)?.clone();
+                let out = super::fft::plan_fft(
+                    &mut materials,
+                    &mut stages,
+                    spec,
+                    input,
+                    &node.id,
+                    &node.shape,
+                    node.dtype,
+                    &node.grid,
+                    target,
+                    opts,
+                )?;
+                if let (Some(w), Some(t)) = (direct_write, target) {
+                    if out == t {
+                        produced_target[w] = Some(t);
+                    } else {
+                        // The target's chunks do not suit the FFT: the write op copies the
+                        // intermediate into it.
+                        reserved_target[w] = Some(t);
+                    }
+                }
+                fused[i] = Some(Fused::material(
+                    out,
+                    &node.shape,
+                    node.dtype,
+                    materials[out].grid.clone(),
+                ));
+            }
+            NodeKind::Rechunk { input }
+                if !consumers[i].is_empty()
+                    && consumers[i]
+                        .iter()
+                        .all(|&c| matches!(graph.nodes[c].kind, NodeKind::Fft(_))) =>
+            {
+                // A rechunk that only feeds FFTs (Cubed makes the transformed axes whole this
+                // way): the FFT planner reads the original chunks itself and spills a
+                // rechunked copy only when re-reading would cost more.
+                fused[i] = Some(fused_of(&fused, *input)?.clone());
+            }
             NodeKind::Rechunk { input } => {
                 let out = match direct_write {
                     Some(w) => {
@@ -234,7 +296,10 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 let out = match produced_target[i] {
                     Some(m) => m,
                     None => {
-                        let m = target_material(graph, i, &mut materials)?;
+                        let m = match reserved_target[i] {
+                            Some(m) => m,
+                            None => target_material(graph, i, &mut materials)?,
+                        };
                         let src = fused_of(&fused, *input)?.clone();
                         plan_copy(&mut materials, &mut stages, src, m, &node.id, opts)?;
                         m
@@ -291,7 +356,7 @@ fn fused_of(fused: &[Option<Fused>], i: usize) -> Result<&Fused> {
         .ok_or_else(|| Error::internal(format!("node {i} used before it was planned")))
 }
 
-fn intermediate(
+pub(crate) fn intermediate(
     materials: &mut Vec<Material>,
     name: &str,
     shape: &[u64],
@@ -369,7 +434,7 @@ fn block_task_bytes(
 
 /// Plans the stages that copy (and compute) `src` into material `out`: one stage of blocks
 /// when a block fits the budget, else through an intermediate, else chunk by chunk.
-fn plan_copy(
+pub(crate) fn plan_copy(
     materials: &mut Vec<Material>,
     stages: &mut Vec<Stage>,
     src: Fused,

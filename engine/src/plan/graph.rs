@@ -207,6 +207,8 @@ pub enum NodeKind {
         /// Output → input coordinates.
         view: View,
     },
+    /// A discrete Fourier transform; the transformed axes are whole in each chunk.
+    Fft(super::fft::FftSpec),
     /// Written to a Zarr store; the node's grid is the target's chunk grid.
     Write {
         /// Input node.
@@ -348,6 +350,10 @@ impl Graph {
                 Op::Slice { input, selection } => {
                     let input = lookup(input, format!("{}.input", op.field))?;
                     slice(&nodes, op.id.clone(), op.field.clone(), input, selection)?
+                }
+                Op::Fft { input, fft } => {
+                    let input = lookup(input, format!("{}.input", op.field))?;
+                    super::fft::fft_node(&nodes, op.id.clone(), op.field.clone(), input, fft)?
                 }
                 Op::Write { input, spec } => {
                     let input = lookup(input, format!("{}.input", op.field))?;

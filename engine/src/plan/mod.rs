@@ -2,6 +2,7 @@
 //! substituted, then validated and typed into a [`graph::Graph`] before anything runs.
 
 pub mod expr;
+pub mod fft;
 pub mod graph;
 mod params;
 mod parse;
@@ -130,6 +131,54 @@ pub enum SliceItem {
     },
 }
 
+/// Which FFT of numpy's `fft` module an `fft` op computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FftKind {
+    /// `fft` / `fftn`: complex forward.
+    Fft,
+    /// `ifft` / `ifftn`: complex inverse.
+    Ifft,
+    /// `rfft` / `rfftn`: real forward, the last axis halved.
+    Rfft,
+    /// `irfft` / `irfftn`: Hermitian inverse to real values.
+    Irfft,
+}
+
+impl FftKind {
+    /// Every 1-d kind with its plan name (the n-d names add an `n`).
+    pub const ALL: [(&'static str, FftKind); 4] = [
+        ("fft", FftKind::Fft),
+        ("ifft", FftKind::Ifft),
+        ("rfft", FftKind::Rfft),
+        ("irfft", FftKind::Irfft),
+    ];
+
+    /// The 1-d name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+}
+
+/// An `fft` op's transform.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FftDecl {
+    /// Which transform.
+    pub kind: FftKind,
+    /// Whether it is the n-d variant (`fftn`, ...).
+    pub nd: bool,
+    /// Axes (negative count from the end); `[-1]` for 1-d kinds and all axes for n-d kinds
+    /// when `None`.
+    pub axes: Option<Vec<i64>>,
+    /// Transform lengths, one per axis (numpy's `n` / `s`); from the input when `None`.
+    pub lengths: Option<Vec<i64>>,
+    /// Normalisation.
+    pub norm: crate::kernels::fft::FftNorm,
+}
+
 /// Where and how a `write` op stores its array.
 #[derive(Debug, Clone)]
 pub struct WriteSpec {
@@ -189,6 +238,13 @@ pub enum Op {
         /// One item per leading axis.
         selection: Vec<SliceItem>,
     },
+    /// A discrete Fourier transform along whole axes.
+    Fft {
+        /// Input array id.
+        input: String,
+        /// The transform.
+        fft: FftDecl,
+    },
     /// Write to a Zarr store.
     Write {
         /// Input array id.
@@ -206,6 +262,7 @@ impl Op {
             Op::Reduce { .. } => "reduce",
             Op::Rechunk { .. } => "rechunk",
             Op::Slice { .. } => "slice",
+            Op::Fft { .. } => "fft",
             Op::Write { .. } => "write",
         }
     }

@@ -4,7 +4,10 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{ArrayDecl, Expr, Func, Op, OpDecl, Plan, ReduceFunc, Scalar, SliceItem, WriteSpec};
+use super::{
+    ArrayDecl, Expr, FftDecl, FftKind, Func, Op, OpDecl, Plan, ReduceFunc, Scalar, SliceItem,
+    WriteSpec,
+};
 use crate::array::DType;
 use crate::error::{Error, Result};
 use crate::zarr::Codec;
@@ -345,10 +348,95 @@ fn op(o: &Obj) -> Result<Op> {
                 },
             }
         }
+        "fft" => fft(o)?,
         other => plan_bail!(
             o.at("op"),
-            "unknown op \"{other}\"; must be one of elementwise, reduce, rechunk, slice, write"
+            "unknown op \"{other}\"; must be one of elementwise, reduce, rechunk, slice, fft, write"
         ),
+    })
+}
+
+/// An `fft` op: `kind`, `axis` or `axes`, `n` (1-d kinds) or `s` (n-d kinds), `norm`.
+fn fft(o: &Obj) -> Result<Op> {
+    o.check_keys(&[
+        "id", "op", "input", "kind", "axis", "axes", "n", "s", "norm",
+    ])?;
+    let kname = o.str("kind")?;
+    let (base, nd) = match kname.strip_suffix('n') {
+        Some(b) if FftKind::ALL.iter().any(|(n, _)| *n == b) => (b, true),
+        _ => (kname, false),
+    };
+    let fft_kind = FftKind::ALL
+        .iter()
+        .find(|(n, _)| *n == base)
+        .map(|(_, k)| *k)
+        .ok_or_else(|| {
+            Error::plan(
+                o.at("kind"),
+                format!(
+                    "unknown FFT \"{kname}\"; must be one of fft, ifft, rfft, irfft, fftn, ifftn, rfftn, irfftn"
+                ),
+            )
+        })?;
+    let one_int = |key: &str| -> Result<Option<Vec<i64>>> {
+        match o.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_i64().map(|i| Some(vec![i])).ok_or_else(|| {
+                Error::plan(o.at(key), format!("expected an integer, got {}", kind(v)))
+            }),
+        }
+    };
+    let axes = match (nd, o.get("axes").is_some(), o.get("axis").is_some()) {
+        (true, _, true) => plan_bail!(
+            o.at("axis"),
+            "{kname} takes \"axes\" (a list), not \"axis\""
+        ),
+        (false, true, _) => plan_bail!(
+            o.at("axes"),
+            "{kname} takes \"axis\" (one integer), not \"axes\""
+        ),
+        (true, _, false) => o.ints("axes")?,
+        (false, _, _) => one_int("axis")?,
+    };
+    let lengths = match (nd, o.get("n").is_some(), o.get("s").is_some()) {
+        (true, true, _) => plan_bail!(
+            o.at("n"),
+            "{kname} takes \"s\" (a list of lengths), not \"n\""
+        ),
+        (false, _, true) => plan_bail!(o.at("s"), "{kname} takes \"n\" (one length), not \"s\""),
+        (true, _, _) => o.ints("s")?,
+        (false, _, _) => one_int("n")?,
+    };
+    let lengths_key = if nd { "s" } else { "n" };
+    for (i, n) in lengths.iter().flatten().enumerate() {
+        plan_ensure!(
+            *n > 0,
+            if nd {
+                format!("{}[{i}]", o.at(lengths_key))
+            } else {
+                o.at(lengths_key)
+            },
+            "FFT lengths must be positive, got {n}"
+        );
+    }
+    let norm = match o.opt_str("norm")? {
+        None => crate::kernels::fft::FftNorm::Backward,
+        Some(n) => crate::kernels::fft::FftNorm::parse(n).ok_or_else(|| {
+            Error::plan(
+                o.at("norm"),
+                format!("unknown norm \"{n}\"; must be one of backward, ortho, forward"),
+            )
+        })?,
+    };
+    Ok(Op::Fft {
+        input: o.str("input")?.to_string(),
+        fft: FftDecl {
+            kind: fft_kind,
+            nd,
+            axes,
+            lengths,
+            norm,
+        },
     })
 }
 

@@ -2,5 +2,6 @@
 
 pub mod chunk_fn;
 pub mod compute;
+pub mod fft;
 pub mod reduce;
 pub mod region;

@@ -1,0 +1,621 @@
+//! FFT kernels on rustfft: transforms along one axis of a C-order block, chained for n-d
+//! transforms, with numpy's semantics (`n` pads with zeros or crops; `norm` backward, ortho,
+//! forward; rfft keeps `n / 2 + 1` values; irfft reads `n / 2 + 1` values and treats the
+//! spectrum as Hermitian).
+//!
+//! Lanes along the axis are gathered a group at a time into a contiguous work buffer, so a
+//! transform along a strided axis reads whole cache lines; groups run in parallel on rayon.
+//! rustfft plans are made once per (precision, length, direction) and reused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use num_complex::Complex;
+use rayon::prelude::*;
+use rustfft::{Fft, FftDirection, FftNum, FftPlanner};
+
+use crate::array::{Buffer, DType};
+use crate::error::{Error, Result};
+
+/// What one step computes along its axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FftStepKind {
+    /// Complex → complex, forward (`fft`).
+    Forward,
+    /// Complex → complex, inverse (`ifft`).
+    Inverse,
+    /// Real → complex, forward, keeping `n / 2 + 1` values (`rfft`).
+    RealForward,
+    /// Hermitian complex → real, inverse (`irfft`).
+    RealInverse,
+}
+
+impl FftStepKind {
+    /// True for the steps whose unnormalised direction is the inverse one.
+    pub fn is_inverse(self) -> bool {
+        matches!(self, FftStepKind::Inverse | FftStepKind::RealInverse)
+    }
+
+    /// Length of the step's output along its axis.
+    pub fn out_len(self, n: usize) -> usize {
+        match self {
+            FftStepKind::RealForward => n / 2 + 1,
+            _ => n,
+        }
+    }
+
+    /// How many input values along the axis the step uses (the rest is cropped).
+    pub fn in_len(self, n: usize) -> usize {
+        match self {
+            FftStepKind::RealInverse => n / 2 + 1,
+            _ => n,
+        }
+    }
+}
+
+/// numpy's `norm`: which direction is scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FftNorm {
+    /// Inverse scaled by `1/n` (numpy's default).
+    Backward,
+    /// Both scaled by `1/sqrt(n)`.
+    Ortho,
+    /// Forward scaled by `1/n`.
+    Forward,
+}
+
+impl FftNorm {
+    /// Parses numpy's names.
+    pub fn parse(name: &str) -> Option<FftNorm> {
+        match name {
+            "backward" => Some(FftNorm::Backward),
+            "ortho" => Some(FftNorm::Ortho),
+            "forward" => Some(FftNorm::Forward),
+            _ => None,
+        }
+    }
+
+    /// numpy's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FftNorm::Backward => "backward",
+            FftNorm::Ortho => "ortho",
+            FftNorm::Forward => "forward",
+        }
+    }
+
+    /// The factor of a transform of length `n` in direction `inverse`.
+    fn scale(self, n: usize, inverse: bool) -> f64 {
+        let n = n.max(1) as f64;
+        match (self, inverse) {
+            (FftNorm::Ortho, _) => 1.0 / n.sqrt(),
+            (FftNorm::Backward, true) | (FftNorm::Forward, false) => 1.0 / n,
+            _ => 1.0,
+        }
+    }
+}
+
+/// One transform along one axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FftStep {
+    /// The axis of the block.
+    pub axis: usize,
+    /// What it computes.
+    pub kind: FftStepKind,
+    /// The transform length (numpy's `n`).
+    pub n: usize,
+}
+
+/// A block of values in C order.
+#[derive(Debug)]
+pub struct Block {
+    /// The values.
+    pub values: Buffer,
+    /// The shape.
+    pub shape: Vec<usize>,
+}
+
+/// Applies `steps` in order to `block` with normalisation `norm`. The block's dtype must be
+/// what the first step reads: a real float for [`FftStepKind::RealForward`], complex
+/// otherwise; every step after the first reads complex values.
+pub fn transform(mut block: Block, steps: &[FftStep], norm: FftNorm) -> Result<Block> {
+    for step in steps {
+        block = transform_axis(block, *step, norm)?;
+    }
+    Ok(block)
+}
+
+fn transform_axis(block: Block, step: FftStep, norm: FftNorm) -> Result<Block> {
+    let Block { values, shape } = block;
+    if step.axis >= shape.len() {
+        return Err(Error::internal(format!(
+            "FFT axis {} of a block of rank {}",
+            step.axis,
+            shape.len()
+        )));
+    }
+    if step.n == 0 {
+        return Err(Error::internal("FFT of length 0"));
+    }
+    let lanes = Lanes::new(&shape, step.axis, step.kind.out_len(step.n));
+    let scale = norm.scale(step.n, step.kind.is_inverse());
+    let out = match values.dtype() {
+        DType::F32 | DType::C64 => step_typed::<f32>(&values, &lanes, step, scale as f32)?,
+        DType::F64 | DType::C128 => step_typed::<f64>(&values, &lanes, step, scale)?,
+        d => {
+            return Err(Error::internal(format!(
+                "FFT step {:?} cannot read {d} values",
+                step.kind
+            )))
+        }
+    };
+    let mut shape = shape;
+    shape[step.axis] = lanes.out_len;
+    Ok(Block { values: out, shape })
+}
+
+/// One step on values of precision `T`.
+fn step_typed<T: Precision>(
+    values: &Buffer,
+    lanes: &Lanes,
+    step: FftStep,
+    scale: T,
+) -> Result<Buffer> {
+    let complex_in = values.dtype() == T::COMPLEX;
+    let wrong = || {
+        Error::internal(format!(
+            "FFT step {:?} cannot read {} values",
+            step.kind,
+            values.dtype()
+        ))
+    };
+    let n = step.n;
+    match step.kind {
+        FftStepKind::RealForward => {
+            if complex_in {
+                return Err(wrong());
+            }
+            let mut out = Buffer::zeros(T::COMPLEX, lanes.out_elements());
+            let input = T::real(values)?;
+            for_each_group(
+                input,
+                lanes,
+                n,
+                false,
+                |v| Complex::new(v, T::zero()),
+                |lane, k| lane[k] * scale,
+                T::complex_mut(&mut out)?,
+            );
+            Ok(out)
+        }
+        FftStepKind::RealInverse => {
+            if !complex_in {
+                return Err(wrong());
+            }
+            let mut out = Buffer::zeros(T::REAL, lanes.out_elements());
+            c2r(T::complex(values)?, lanes, n, scale, T::real_mut(&mut out)?);
+            Ok(out)
+        }
+        FftStepKind::Forward | FftStepKind::Inverse => {
+            if !complex_in {
+                return Err(wrong());
+            }
+            let mut out = Buffer::zeros(T::COMPLEX, lanes.out_elements());
+            for_each_group(
+                T::complex(values)?,
+                lanes,
+                n,
+                step.kind.is_inverse(),
+                |v| v,
+                |lane, k| lane[k] * scale,
+                T::complex_mut(&mut out)?,
+            );
+            Ok(out)
+        }
+    }
+}
+
+/// Precision-specific glue.
+trait Precision: FftNum + Default + crate::array::buffer::Element {
+    /// The dtype of complex values of this precision.
+    const COMPLEX: DType;
+    /// The dtype of real values of this precision.
+    const REAL: DType;
+    /// The shared plan cache of this precision.
+    fn plans() -> &'static Mutex<PlanCache<Self>>;
+    /// A buffer's real values.
+    fn real(b: &Buffer) -> Result<&[Self]>;
+    /// A buffer's real values, mutable.
+    fn real_mut(b: &mut Buffer) -> Result<&mut [Self]>;
+    /// A buffer's complex values.
+    fn complex(b: &Buffer) -> Result<&[Complex<Self>]>;
+    /// A buffer's complex values, mutable.
+    fn complex_mut(b: &mut Buffer) -> Result<&mut [Complex<Self>]>;
+}
+
+macro_rules! buffer_access {
+    () => {
+        fn real(b: &Buffer) -> Result<&[Self]> {
+            b.as_slice()
+        }
+        fn real_mut(b: &mut Buffer) -> Result<&mut [Self]> {
+            b.as_slice_mut()
+        }
+        fn complex(b: &Buffer) -> Result<&[Complex<Self>]> {
+            b.as_slice()
+        }
+        fn complex_mut(b: &mut Buffer) -> Result<&mut [Complex<Self>]> {
+            b.as_slice_mut()
+        }
+    };
+}
+
+/// rustfft plans per (length, direction), shared by all threads.
+struct PlanCache<T: FftNum> {
+    planner: FftPlanner<T>,
+    plans: HashMap<(usize, bool), Arc<dyn Fft<T>>>,
+}
+
+impl<T: FftNum> PlanCache<T> {
+    fn new() -> Self {
+        PlanCache {
+            planner: FftPlanner::new(),
+            plans: HashMap::new(),
+        }
+    }
+}
+
+impl Precision for f32 {
+    const COMPLEX: DType = DType::C64;
+    const REAL: DType = DType::F32;
+    fn plans() -> &'static Mutex<PlanCache<f32>> {
+        static CACHE: OnceLock<Mutex<PlanCache<f32>>> = OnceLock::new();
+        CACHE.get_or_init(|| Mutex::new(PlanCache::new()))
+    }
+    buffer_access!();
+}
+
+impl Precision for f64 {
+    const COMPLEX: DType = DType::C128;
+    const REAL: DType = DType::F64;
+    fn plans() -> &'static Mutex<PlanCache<f64>> {
+        static CACHE: OnceLock<Mutex<PlanCache<f64>>> = OnceLock::new();
+        CACHE.get_or_init(|| Mutex::new(PlanCache::new()))
+    }
+    buffer_access!();
+}
+
+/// The plan of a transform of length `n`, made once and reused.
+fn plan<T: Precision>(n: usize, inverse: bool) -> Arc<dyn Fft<T>> {
+    let mut cache = match T::plans().lock() {
+        Ok(c) => c,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let PlanCache { planner, plans } = &mut *cache;
+    plans
+        .entry((n, inverse))
+        .or_insert_with(|| {
+            let direction = if inverse {
+                FftDirection::Inverse
+            } else {
+                FftDirection::Forward
+            };
+            planner.plan_fft(n, direction)
+        })
+        .clone()
+}
+
+/// The lanes of a block along one axis: `outer` × `inner` lanes of `len` values, `inner`
+/// apart, and the output's lane length.
+#[derive(Debug, Clone, Copy)]
+struct Lanes {
+    outer: usize,
+    len: usize,
+    inner: usize,
+    out_len: usize,
+}
+
+/// Lanes transformed together: a group gathers up to this many neighbouring lanes.
+const GROUP: usize = 16;
+
+impl Lanes {
+    fn new(shape: &[usize], axis: usize, out_len: usize) -> Lanes {
+        Lanes {
+            outer: shape[..axis].iter().product(),
+            len: shape[axis],
+            inner: shape[axis + 1..].iter().product(),
+            out_len,
+        }
+    }
+
+    fn groups_per_outer(&self) -> usize {
+        self.inner.div_ceil(GROUP)
+    }
+
+    fn groups(&self) -> usize {
+        self.outer * self.groups_per_outer()
+    }
+
+    /// (outer index, first inner index, lane count) of group `g`.
+    fn group(&self, g: usize) -> (usize, usize, usize) {
+        let per = self.groups_per_outer();
+        let o = g / per;
+        let i0 = (g % per) * GROUP;
+        (o, i0, GROUP.min(self.inner - i0))
+    }
+
+    fn out_elements(&self) -> usize {
+        self.outer * self.out_len * self.inner
+    }
+}
+
+/// A pointer to output values that groups write in parallel. Each output element belongs to
+/// exactly one lane and each lane to exactly one group, so the writes never overlap.
+#[derive(Clone, Copy)]
+struct SharedOut<T>(*mut T);
+// SAFETY: groups write disjoint elements (see above) and the vector outlives the parallel loop.
+unsafe impl<T: Send> Send for SharedOut<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+
+impl<T: Copy> SharedOut<T> {
+    /// Writes `value` at `index`.
+    ///
+    /// # Safety
+    /// `index` is in bounds and no other thread writes it.
+    unsafe fn write(self, index: usize, value: T) {
+        *self.0.add(index) = value;
+    }
+}
+
+/// Runs `lane_op` on every group of lanes in parallel. It gets the group's work buffer (`n`
+/// values per lane, zeroed past the input), the rustfft scratch, and where to write.
+fn for_each_group<T, I, O>(
+    input: &[I],
+    lanes: &Lanes,
+    n: usize,
+    inverse: bool,
+    load: impl Fn(I) -> Complex<T> + Sync,
+    store: impl Fn(&[Complex<T>], usize) -> O + Sync,
+    out: &mut [O],
+) where
+    T: Precision,
+    I: Copy + Sync,
+    O: Copy + Send + Sync,
+{
+    debug_assert_eq!(out.len(), lanes.out_elements());
+    let fft = plan::<T>(n, inverse);
+    let shared = SharedOut(out.as_mut_ptr());
+    let used = lanes.len.min(n);
+    let out_len = lanes.out_len;
+    (0..lanes.groups()).into_par_iter().for_each_init(
+        || {
+            (
+                vec![Complex::<T>::default(); GROUP * n],
+                vec![Complex::<T>::default(); fft.get_inplace_scratch_len()],
+            )
+        },
+        |(work, scratch), g| {
+            let (o, i0, count) = lanes.group(g);
+            let work = &mut work[..count * n];
+            work.fill(Complex::default());
+            for k in 0..used {
+                let row = (o * lanes.len + k) * lanes.inner + i0;
+                for (j, v) in input[row..row + count].iter().enumerate() {
+                    work[j * n + k] = load(*v);
+                }
+            }
+            fft.process_with_scratch(work, scratch);
+            for k in 0..out_len {
+                let row = (o * out_len + k) * lanes.inner + i0;
+                for j in 0..count {
+                    let value = store(&work[j * n..(j + 1) * n], k);
+                    // SAFETY: `row + j` is lane (o, i0 + j) at position k: in bounds, and
+                    // only this group writes lane (o, i0 + j).
+                    unsafe { shared.write(row + j, value) };
+                }
+            }
+        },
+    );
+}
+
+/// Hermitian inverse: the lane's `n / 2 + 1` values are mirrored into a full spectrum, whose
+/// inverse transform is real; the imaginary parts of the DC and Nyquist terms drop out, as in
+/// numpy.
+fn c2r<T: Precision>(input: &[Complex<T>], lanes: &Lanes, n: usize, scale: T, out: &mut [T]) {
+    let half = n / 2 + 1;
+    let used = lanes.len.min(half);
+    // Gather only the first `half` values, then mirror: do it as a pre-pass into a full
+    // Hermitian block so the shared group loop applies.
+    let full_lanes = Lanes {
+        outer: lanes.outer,
+        len: n,
+        inner: lanes.inner,
+        out_len: n,
+    };
+    let mut full = vec![Complex::<T>::default(); lanes.outer * n * lanes.inner];
+    full.par_chunks_mut(n * lanes.inner)
+        .enumerate()
+        .for_each(|(o, dst)| {
+            for k in 0..used {
+                let src = &input[(o * lanes.len + k) * lanes.inner..][..lanes.inner];
+                dst[k * lanes.inner..(k + 1) * lanes.inner].copy_from_slice(src);
+                let mirror = n - k;
+                if k > 0 && mirror > k && mirror < n {
+                    for (d, s) in dst[mirror * lanes.inner..(mirror + 1) * lanes.inner]
+                        .iter_mut()
+                        .zip(src)
+                    {
+                        *d = s.conj();
+                    }
+                }
+            }
+        });
+    for_each_group(
+        &full,
+        &full_lanes,
+        n,
+        true,
+        |v| v,
+        |lane, k| lane[k].re * scale,
+        out,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The textbook DFT, in f64.
+    fn dft(x: &[Complex<f64>], inverse: bool) -> Vec<Complex<f64>> {
+        let n = x.len();
+        let sign = if inverse { 1.0 } else { -1.0 };
+        (0..n)
+            .map(|k| {
+                x.iter()
+                    .enumerate()
+                    .map(|(j, v)| {
+                        let a = sign * 2.0 * std::f64::consts::PI * (j * k) as f64 / n as f64;
+                        v * Complex::new(a.cos(), a.sin())
+                    })
+                    .sum()
+            })
+            .collect()
+    }
+
+    fn block_c128(values: &[Complex<f64>], shape: &[usize]) -> Block {
+        let raw: Vec<[f64; 2]> = values.iter().map(|c| [c.re, c.im]).collect();
+        Block {
+            values: Buffer::from_bytes(DType::C128, bytemuck::cast_slice(&raw).to_vec()).unwrap(),
+            shape: shape.to_vec(),
+        }
+    }
+
+    fn values_c128(b: &Block) -> Vec<Complex<f64>> {
+        b.values
+            .as_slice::<[f64; 2]>()
+            .unwrap()
+            .iter()
+            .map(|v| Complex::new(v[0], v[1]))
+            .collect()
+    }
+
+    fn close(a: &[Complex<f64>], b: &[Complex<f64>]) -> bool {
+        let scale = b.iter().map(|v| v.norm()).fold(1.0, f64::max);
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).norm() <= 1e-9 * scale)
+    }
+
+    proptest! {
+        /// An FFT along the middle axis of a 3-d block, with padding or cropping and every
+        /// norm, equals the DFT of each lane.
+        #[test]
+        fn c2c_along_middle_axis_is_the_dft(
+            outer in 1usize..3, len in 1usize..12, inner in 1usize..20, n in 1usize..14,
+            inverse: bool, norm in 0usize..3, seed: u64,
+        ) {
+            let norm = [FftNorm::Backward, FftNorm::Ortho, FftNorm::Forward][norm];
+            let total = outer * len * inner;
+            let vals: Vec<Complex<f64>> = (0..total)
+                .map(|i| {
+                    let h = (i as u64 + 1).wrapping_mul(seed | 1).wrapping_mul(0x9E3779B97F4A7C15);
+                    Complex::new((h >> 40) as f64 / 1e6, (h & 0xffff) as f64 / 1e4)
+                })
+                .collect();
+            let kind = if inverse { FftStepKind::Inverse } else { FftStepKind::Forward };
+            let out = transform(
+                block_c128(&vals, &[outer, len, inner]),
+                &[FftStep { axis: 1, kind, n }],
+                norm,
+            )
+            .unwrap();
+            prop_assert_eq!(&out.shape, &vec![outer, n, inner]);
+            let got = values_c128(&out);
+            let scale = norm.scale(n, inverse);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut lane: Vec<Complex<f64>> =
+                        (0..len.min(n)).map(|k| vals[(o * len + k) * inner + i]).collect();
+                    lane.resize(n, Complex::default());
+                    let want: Vec<Complex<f64>> =
+                        dft(&lane, inverse).into_iter().map(|v| v * scale).collect();
+                    let have: Vec<Complex<f64>> =
+                        (0..n).map(|k| got[(o * n + k) * inner + i]).collect();
+                    prop_assert!(close(&have, &want), "lane ({o}, {i}): {have:?} vs {want:?}");
+                }
+            }
+        }
+
+        /// irfft(rfft(x)) gives x back for every length, odd ones included.
+        #[test]
+        fn rfft_then_irfft_round_trips(n in 1usize..40, lanes in 1usize..5) {
+            let vals: Vec<f64> = (0..n * lanes).map(|i| ((i * 7919) % 101) as f64 - 50.0).collect();
+            let block = Block {
+                values: Buffer::from_bytes(DType::F64, bytemuck::cast_slice(&vals).to_vec())
+                    .unwrap(),
+                shape: vec![lanes, n],
+            };
+            let spec = transform(
+                block,
+                &[FftStep { axis: 1, kind: FftStepKind::RealForward, n }],
+                FftNorm::Backward,
+            )
+            .unwrap();
+            prop_assert_eq!(&spec.shape, &vec![lanes, n / 2 + 1]);
+            let back = transform(
+                spec,
+                &[FftStep { axis: 1, kind: FftStepKind::RealInverse, n }],
+                FftNorm::Backward,
+            )
+            .unwrap();
+            prop_assert_eq!(&back.shape, &vec![lanes, n]);
+            let got = back.values.as_slice::<f64>().unwrap();
+            for (a, b) in got.iter().zip(&vals) {
+                prop_assert!((a - b).abs() < 1e-9 * 50.0, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn rfft_of_float32_is_complex64_with_n_over_2_plus_1_values() {
+        let vals: Vec<f32> = (0..721).map(|i| (i as f32 * 0.1).sin()).collect();
+        let block = Block {
+            values: Buffer::from_bytes(DType::F32, bytemuck::cast_slice(&vals).to_vec()).unwrap(),
+            shape: vec![721],
+        };
+        let out = transform(
+            block,
+            &[FftStep {
+                axis: 0,
+                kind: FftStepKind::RealForward,
+                n: 721,
+            }],
+            FftNorm::Backward,
+        )
+        .unwrap();
+        assert_eq!(out.values.dtype(), DType::C64);
+        assert_eq!(out.shape, vec![361]);
+        let dc = out.values.as_slice::<[f32; 2]>().unwrap()[0];
+        let sum: f32 = vals.iter().sum();
+        assert!((dc[0] - sum).abs() < 1e-3 && dc[1].abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_step_that_cannot_read_the_dtype_is_an_error() {
+        let block = Block {
+            values: Buffer::zeros(DType::I32, 4),
+            shape: vec![4],
+        };
+        let err = transform(
+            block,
+            &[FftStep {
+                axis: 0,
+                kind: FftStepKind::Forward,
+                n: 4,
+            }],
+            FftNorm::Backward,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("int32"), "{err}");
+    }
+}

@@ -1,0 +1,209 @@
+//! Planning an FFT: output chunks whose transformed axes are whole and whose other axes are
+//! small enough for the budget, and, when tasks would re-read the same input chunks many
+//! times (an FFT along an axis the input splits finely), a bounded-memory rechunk of the
+//! input into an intermediate first.
+
+use super::fuse::{Fused, MatId};
+use super::stages::{self, Material, PlanOptions, Stage};
+use crate::array::{ChunkGrid, DType, Region};
+use crate::error::{Error, Result};
+use crate::kernels::fft::FftStep;
+use crate::plan::fft::FftSpec;
+
+/// The region of the FFT's input that output region `out` needs: the same ranges on the
+/// other axes, the whole used extent on transformed axes.
+pub fn input_region(steps: &[FftStep], in_shape: &[u64], out: &Region) -> Region {
+    let mut region = out.clone();
+    for s in steps {
+        region.start[s.axis] = 0;
+        region.shape[s.axis] = in_shape[s.axis].min(s.kind.in_len(s.n) as u64);
+    }
+    region
+}
+
+/// Bytes an FFT task holds for output region `out`: its leaf buffers and reads in flight,
+/// the input cast to the compute dtype, the kernel's blocks before and after each step
+/// (complex), and the encoded output.
+pub fn task_bytes(
+    steps: &[FftStep],
+    in_shape: &[u64],
+    out: &Region,
+    leaf_itemsize: u64,
+    compute: DType,
+    out_dtype: DType,
+    batch_bytes: u64,
+) -> u64 {
+    let input = input_region(steps, in_shape, out);
+    let complex = compute.to_complex().size() as u64;
+    let mut shape = input.shape.clone();
+    let mut largest = shape.iter().product::<u64>();
+    for s in steps {
+        shape[s.axis] = s.n.max(s.kind.out_len(s.n)) as u64;
+        largest = largest.max(shape.iter().product());
+    }
+    let in_elems = input.len();
+    in_elems * leaf_itemsize
+        + in_elems * compute.size() as u64
+        + 3 * largest * complex
+        + out.len() * out_dtype.size() as u64
+        + 2 * batch_bytes
+}
+
+/// How many tasks read each input chunk when output chunks are `out_chunks` (transformed
+/// axes excluded: every task reads them whole).
+fn read_amplification(input: &ChunkGrid, out_chunks: &[u64], transformed: &[usize]) -> u64 {
+    let in_chunks = input.chunk_shape();
+    (0..in_chunks.len())
+        .filter(|d| !transformed.contains(d))
+        .map(|d| in_chunks[d].div_ceil(out_chunks[d].max(1)).max(1))
+        .product()
+}
+
+/// Output chunk shape: the node's (transformed axes whole), its other axes halved, largest
+/// first, until a task fits `limit`.
+fn fitting_chunks(
+    spec: &FftSpec,
+    input: &Fused,
+    out_shape: &[u64],
+    natural: &[u64],
+    out_dtype: DType,
+    limit: u64,
+    batch: u64,
+) -> Result<Vec<u64>> {
+    let axes = spec.axes();
+    let leaf_itemsize = input
+        .leaves
+        .iter()
+        .map(|l| l.dtype.size() as u64)
+        .sum::<u64>()
+        .max(1);
+    let mut chunks = natural.to_vec();
+    loop {
+        let region = Region {
+            start: vec![0; chunks.len()],
+            shape: chunks
+                .iter()
+                .zip(out_shape)
+                .map(|(c, n)| (*c).min(*n))
+                .collect(),
+        };
+        let bytes = task_bytes(
+            &spec.steps,
+            &input.shape,
+            &region,
+            leaf_itemsize,
+            spec.compute,
+            out_dtype,
+            batch,
+        );
+        if bytes <= limit {
+            return Ok(chunks);
+        }
+        let widest = (0..chunks.len())
+            .filter(|d| !axes.contains(d) && chunks[*d] > 1)
+            .max_by_key(|d| chunks[*d]);
+        match widest {
+            Some(d) => chunks[d] = chunks[d].div_ceil(2),
+            None => {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Memory,
+                    format!(
+                        "one FFT lane group along axes {axes:?} needs {bytes} bytes, more than \
+                         the budget allows ({limit} bytes per task): raise max_mem"
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+/// Plans the FFT of node `name` into a new material (`target`, when given and its chunks
+/// keep the transformed axes whole, else an intermediate) and returns it.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_fft(
+    materials: &mut Vec<Material>,
+    stages_out: &mut Vec<Stage>,
+    spec: &FftSpec,
+    input: Fused,
+    name: &str,
+    out_shape: &[u64],
+    out_dtype: DType,
+    natural: &ChunkGrid,
+    target: Option<MatId>,
+    opts: PlanOptions,
+) -> Result<MatId> {
+    let axes = spec.axes();
+    // Two tasks at once keep IO and compute overlapped.
+    let limit = (opts.budget / 2).max(1);
+    let batch = opts.batch_bytes;
+    let chunks = fitting_chunks(
+        spec,
+        &input,
+        out_shape,
+        &natural.chunk_shape(),
+        out_dtype,
+        limit,
+        batch,
+    )?;
+    // Re-reading each input chunk from several tasks costs a decode each time; a rechunked
+    // copy costs one decode plus a cheap intermediate. Spill when any chunk is read twice.
+    let input = if read_amplification(&input.grid, &chunks, &axes) > 1 {
+        let mut mid_chunks = chunks.clone();
+        for s in &spec.steps {
+            mid_chunks[s.axis] = input.shape[s.axis].max(1);
+        }
+        let dtype = input.dtype();
+        let shape = input.shape.clone();
+        let mid = stages::intermediate(
+            materials,
+            &format!("{name} input"),
+            &shape,
+            dtype,
+            &mid_chunks,
+        )?;
+        let mid_grid = materials[mid].grid.clone();
+        stages::plan_copy(
+            materials,
+            stages_out,
+            input,
+            mid,
+            &format!("{name} input"),
+            opts,
+        )?;
+        Fused::material(mid, &shape, dtype, mid_grid)
+    } else {
+        input
+    }
+    .cast_to(spec.compute);
+    let usable_target = target.filter(|&t| {
+        let g = &materials[t].grid;
+        let c = g.chunk_shape();
+        axes.iter().all(|&a| c[a] >= out_shape[a])
+            && task_bytes(
+                &spec.steps,
+                &input.shape,
+                &g.chunk_region(&vec![0; c.len()]),
+                input
+                    .leaves
+                    .iter()
+                    .map(|l| l.dtype.size() as u64)
+                    .sum::<u64>()
+                    .max(1),
+                spec.compute,
+                out_dtype,
+                batch,
+            ) <= limit
+    });
+    let out = match usable_target {
+        Some(t) => t,
+        None => stages::intermediate(materials, name, out_shape, out_dtype, &chunks)?,
+    };
+    stages_out.push(Stage::Fft {
+        input,
+        out,
+        steps: spec.steps.clone(),
+        norm: spec.norm,
+        label: format!("FFT of {name}"),
+    });
+    Ok(out)
+}

@@ -1,0 +1,208 @@
+//! Validation and typing of `fft` ops: axes, lengths, dtypes and the per-axis steps the
+//! kernels run, with numpy's rules.
+
+use super::graph::{Node, NodeId, NodeKind};
+use super::{FftDecl, FftKind};
+use crate::array::dtype::Kind;
+use crate::array::{AxisChunks, ChunkGrid, DType};
+use crate::error::Result;
+use crate::kernels::fft::{FftNorm, FftStep, FftStepKind};
+use crate::{plan_bail, plan_ensure};
+
+/// A typed FFT: what the kernels run on each block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FftSpec {
+    /// The input node.
+    pub input: NodeId,
+    /// The dtype input values are cast to before the first step.
+    pub compute: DType,
+    /// Steps in order, one per transformed axis.
+    pub steps: Vec<FftStep>,
+    /// Normalisation.
+    pub norm: FftNorm,
+}
+
+impl FftSpec {
+    /// The transformed axes.
+    pub fn axes(&self) -> Vec<usize> {
+        self.steps.iter().map(|s| s.axis).collect()
+    }
+
+    /// How many input values along `axis` the transform reads (the rest is cropped), or
+    /// `None` when the axis is not transformed.
+    pub fn input_extent(&self, axis: usize, len: u64) -> Option<u64> {
+        self.steps
+            .iter()
+            .find(|s| s.axis == axis)
+            .map(|s| len.min(s.kind.in_len(s.n) as u64))
+    }
+}
+
+/// The single or double precision an FFT of `dtype` computes in, as numpy 2: float32 and
+/// complex64 stay single, everything else is double. `None` for bool (not numeric).
+fn precision(dtype: DType) -> Option<bool> {
+    match dtype.kind() {
+        Kind::Bool => None,
+        _ => Some(matches!(dtype, DType::F32 | DType::C64)),
+    }
+}
+
+/// Types an `fft` op over node `input`.
+pub fn fft_node(
+    nodes: &[Node],
+    id: String,
+    field: String,
+    input: NodeId,
+    decl: &FftDecl,
+) -> Result<Node> {
+    let src = &nodes[input];
+    let rank = src.shape.len();
+    let name = format!("{}{}", decl.kind.name(), if decl.nd { "n" } else { "" });
+    let Some(single) = precision(src.dtype) else {
+        plan_bail!(
+            format!("{field}.input"),
+            "{name} needs numeric values but \"{}\" has dtype {}",
+            src.id,
+            src.dtype
+        );
+    };
+    plan_ensure!(
+        !(decl.kind == FftKind::Rfft && src.dtype.kind() == Kind::Complex),
+        format!("{field}.input"),
+        "rfft needs real values but \"{}\" has dtype {} (use fft)",
+        src.id,
+        src.dtype
+    );
+    plan_ensure!(rank > 0, format!("{field}.input"), "{name} of a 0-d array");
+    let axes_key = if decl.nd { "axes" } else { "axis" };
+    let raw_axes: Vec<i64> = match &decl.axes {
+        Some(a) => a.clone(),
+        None if decl.nd => match &decl.lengths {
+            // numpy: with `s` and no axes, the last len(s) axes.
+            Some(s) => (rank as i64 - s.len() as i64..rank as i64).collect(),
+            None => (0..rank as i64).collect(),
+        },
+        None => vec![-1],
+    };
+    plan_ensure!(
+        !raw_axes.is_empty(),
+        format!("{field}.{axes_key}"),
+        "{name} needs at least one axis"
+    );
+    let mut axes = Vec::with_capacity(raw_axes.len());
+    for &a in &raw_axes {
+        let r = rank as i64;
+        plan_ensure!(
+            (-r..r).contains(&a),
+            format!("{field}.{axes_key}"),
+            "axis {a} is out of range for \"{}\" of rank {rank}",
+            src.id
+        );
+        let a = a.rem_euclid(r) as usize;
+        plan_ensure!(
+            !axes.contains(&a),
+            format!("{field}.{axes_key}"),
+            "axis {a} is given twice"
+        );
+        axes.push(a);
+    }
+    let lengths_key = if decl.nd { "s" } else { "n" };
+    let lengths: Vec<usize> = match &decl.lengths {
+        Some(l) => {
+            plan_ensure!(
+                l.len() == axes.len(),
+                format!("{field}.{lengths_key}"),
+                "{} lengths for {} axes",
+                l.len(),
+                axes.len()
+            );
+            l.iter().map(|&n| n.max(0) as usize).collect()
+        }
+        None => axes
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let m = src.shape[a] as usize;
+                if decl.kind == FftKind::Irfft && i == axes.len() - 1 {
+                    2 * m.saturating_sub(1)
+                } else {
+                    m
+                }
+            })
+            .collect(),
+    };
+    for (&a, &n) in axes.iter().zip(&lengths) {
+        plan_ensure!(
+            n > 0,
+            format!("{field}.{lengths_key}"),
+            "invalid FFT length {n} along axis {a} of \"{}\" (shape {:?})",
+            src.id,
+            src.shape
+        );
+    }
+    let last = axes.len() - 1;
+    let step = |i: usize, kind: FftStepKind| FftStep {
+        axis: axes[i],
+        kind,
+        n: lengths[i],
+    };
+    let (steps, compute, dtype) = match decl.kind {
+        FftKind::Fft | FftKind::Ifft => {
+            let kind = if decl.kind == FftKind::Fft {
+                FftStepKind::Forward
+            } else {
+                FftStepKind::Inverse
+            };
+            let c = if single { DType::C64 } else { DType::C128 };
+            ((0..axes.len()).map(|i| step(i, kind)).collect(), c, c)
+        }
+        FftKind::Rfft => {
+            let mut steps = vec![step(last, FftStepKind::RealForward)];
+            steps.extend((0..last).map(|i| step(i, FftStepKind::Forward)));
+            let (r, c) = if single {
+                (DType::F32, DType::C64)
+            } else {
+                (DType::F64, DType::C128)
+            };
+            (steps, r, c)
+        }
+        FftKind::Irfft => {
+            let mut steps: Vec<FftStep> =
+                (0..last).map(|i| step(i, FftStepKind::Inverse)).collect();
+            steps.push(step(last, FftStepKind::RealInverse));
+            let (c, r) = if single {
+                (DType::C64, DType::F32)
+            } else {
+                (DType::C128, DType::F64)
+            };
+            (steps, c, r)
+        }
+    };
+    let mut shape = src.shape.clone();
+    for s in &steps {
+        shape[s.axis] = s.kind.out_len(s.n) as u64;
+    }
+    // Transformed axes are whole in each chunk; the others keep the input's chunking.
+    let grid_axes = (0..rank)
+        .map(|d| {
+            if axes.contains(&d) {
+                AxisChunks::regular(shape[d], shape[d].max(1))
+            } else {
+                Ok(src.grid.axes()[d].clone())
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Node {
+        id,
+        field,
+        shape,
+        dtype,
+        grid: ChunkGrid::new(grid_axes),
+        kind: NodeKind::Fft(FftSpec {
+            input,
+            compute,
+            steps,
+            norm: decl.norm,
+        }),
+    })
+}
