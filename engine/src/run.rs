@@ -39,6 +39,10 @@ pub struct RunOptions {
     /// Counters to share with the caller, who may poll them while the run goes (the Python
     /// bindings report progress from them); the run makes its own when `None`.
     pub observe: Option<Arc<Progress>>,
+    /// Make the run resumable: targets carry a job marker until the run completes, and
+    /// intermediates live in a work directory named after the job that outlives a failed
+    /// run. Rerunning an unfinished job keeps every chunk it had written.
+    pub resume: bool,
 }
 
 impl Default for RunOptions {
@@ -51,6 +55,7 @@ impl Default for RunOptions {
             progress: false,
             cancel: Arc::new(AtomicBool::new(false)),
             observe: None,
+            resume: true,
         }
     }
 }
@@ -132,9 +137,11 @@ fn open_materials(
     materials: &[stages::Material],
     io_threads: usize,
     work_root: Option<&std::path::Path>,
-) -> Result<Arc<Vec<Arc<ZarrArray>>>> {
+    job: Option<&str>,
+) -> Result<(crate::exec::ops::region::Arrays, Vec<bool>)> {
     static STAND_IN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut arrays = Vec::with_capacity(materials.len());
+    let mut resumed = vec![false; materials.len()];
     for (i, m) in materials.iter().enumerate() {
         let (store, spec) = match (&m.origin, work_root) {
             (MaterialOrigin::Source(a), _) => {
@@ -152,15 +159,85 @@ fn open_materials(
                 (open_store(&dir.display().to_string(), io_threads)?, spec)
             }
         };
-        let arr = ZarrArray::create(store.clone(), spec)
-            .array_ctx(&m.name)?
-            .with_name(&m.name);
+        let arr = match (job, work_root) {
+            (Some(job), Some(_)) => {
+                let (arr, again) =
+                    ZarrArray::resume_or_create(store.clone(), spec, job).array_ctx(&m.name)?;
+                resumed[i] = again;
+                arr
+            }
+            _ => ZarrArray::create(store.clone(), spec).array_ctx(&m.name)?,
+        }
+        .with_name(&m.name);
         if work_root.is_none() {
             store.erase_prefix("")?;
         }
         arrays.push(Arc::new(arr));
     }
-    Ok(Arc::new(arrays))
+    Ok((Arc::new(arrays), resumed))
+}
+
+/// FNV-1a, 64 bits: a fingerprint that stays the same across runs and builds.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What identifies a job: its typed graph, with each source's URL and metadata. A rerun
+/// with the same plan over the same sources has the same fingerprint. Sources are
+/// identified by their metadata, not their contents.
+fn job_fingerprint(graph: &Graph) -> String {
+    let mut text = String::new();
+    for node in &graph.nodes {
+        let kind = match &node.kind {
+            crate::plan::graph::NodeKind::Source(a) => format!("source {} {:?}", a.url(), a.info()),
+            k => format!("{k:?}"),
+        };
+        text.push_str(&format!(
+            "{} {:?} {} {:?} {kind}\n",
+            node.id,
+            node.shape,
+            node.dtype,
+            node.grid.chunk_shape()
+        ));
+    }
+    format!("{:016x}", fnv1a(&text))
+}
+
+/// What identifies a physical plan of a job (its intermediates depend on the budget).
+fn physical_fingerprint(physical: &stages::PhysicalPlan) -> String {
+    let materials: Vec<String> = physical
+        .materials
+        .iter()
+        .map(|m| {
+            let origin = match &m.origin {
+                MaterialOrigin::Source(a) => a.url().to_string(),
+                MaterialOrigin::Target { url, spec } => format!("{url} {spec:?}"),
+                MaterialOrigin::Intermediate { spec } => format!("{spec:?}"),
+            };
+            format!("{} {:?} {}", m.name, m.grid.chunk_shape(), origin)
+        })
+        .collect();
+    let text = format!("{materials:?} {:?}", physical.stages);
+    format!("{:016x}", fnv1a(&text))
+}
+
+/// The output material of a stage whose tasks a resumed run may skip.
+fn stage_output(stage: &Stage) -> Option<usize> {
+    match stage {
+        Stage::Compute { out, .. } | Stage::Fft { out, .. } => Some(*out),
+        Stage::Reduce { .. } => None,
+    }
+}
+
+/// Drops the tasks whose output chunks all exist already; returns how many it dropped.
+fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usize> {
+    let existing: std::collections::HashSet<String> =
+        out.store().list_prefix("")?.into_iter().collect();
+    let before = tasks.len();
+    tasks.retain(|t| t.outputs.is_empty() || !t.outputs.iter().all(|k| existing.contains(k)));
+    Ok(before - tasks.len())
 }
 
 /// The tasks of one stage and its description. `task_share` is what one reduce task may hold
@@ -332,30 +409,41 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     )?;
     // Every task must fit the budget: check with in-memory stand-ins before anything is
     // created on disk.
-    let stand_ins = open_materials(&physical.materials, opts.io_threads, None)?;
+    let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
     for stage in &physical.stages {
         let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share)?;
         engine.check_fits(&tasks)?;
     }
     drop(stand_ins);
     // Create targets and intermediates (validation has passed).
-    let work_root = opts
-        .work_dir
-        .clone()
-        .unwrap_or_else(std::env::temp_dir)
-        .join(format!(
+    let job = opts.resume.then(|| {
+        format!(
+            "{}-{}",
+            job_fingerprint(&graph),
+            physical_fingerprint(&physical)
+        )
+    });
+    let work_base = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work_root = match &job {
+        Some(job) => work_base.join(format!("chunkfuse-job-{job}")),
+        None => work_base.join(format!(
             "chunkfuse-{}-{}",
             std::process::id(),
             started.elapsed().as_nanos()
-        ));
-    let work = WorkDir(
-        physical
-            .materials
-            .iter()
-            .any(|m| matches!(m.origin, MaterialOrigin::Intermediate { .. }))
-            .then(|| work_root.clone()),
-    );
-    let arrays = open_materials(&physical.materials, opts.io_threads, Some(&work_root))?;
+        )),
+    };
+    let has_intermediates = physical
+        .materials
+        .iter()
+        .any(|m| matches!(m.origin, MaterialOrigin::Intermediate { .. }));
+    // A resumable run keeps its work directory when it fails; it removes it on success.
+    let work = WorkDir((has_intermediates && job.is_none()).then(|| work_root.clone()));
+    let (arrays, resumed) = open_materials(
+        &physical.materials,
+        opts.io_threads,
+        Some(&work_root),
+        job.as_deref(),
+    )?;
     let outputs: Vec<String> = physical
         .materials
         .iter()
@@ -366,10 +454,25 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         .collect();
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
-        let (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
+        let (mut name, mut tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
+        if let Some(out) = stage_output(stage).filter(|&o| resumed[o]) {
+            let total = tasks.len();
+            let done = skip_done(&mut tasks, &arrays[out])?;
+            name = format!("{name} (resumed: {done} of {total} tasks were done)");
+        }
         stage_names.push(name);
         progress.add_tasks(tasks.len() as u64);
         engine.scheduler.run(tasks)?;
+    }
+    if job.is_some() {
+        for (arr, m) in arrays.iter().zip(&physical.materials) {
+            if matches!(m.origin, MaterialOrigin::Target { .. }) {
+                arr.finish_job()?;
+            }
+        }
+        if has_intermediates {
+            let _ = std::fs::remove_dir_all(&work_root);
+        }
     }
     progress.finish();
     drop(work);
@@ -669,6 +772,7 @@ pub fn read_floor(url: &str, threads: usize, max_mem: Option<u64>) -> Result<Cod
                         .collect()
                 })
                 .collect(),
+            outputs: Vec::new(),
             processor: Box::new(DecodeOnly {
                 array: array.clone(),
                 chunks: group.to_vec(),

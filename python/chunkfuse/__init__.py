@@ -30,16 +30,21 @@ def run_plan(
     threads: int = 0,
     work_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    resume: bool = True,
 ) -> dict[str, Any]:
     """Validate and run a plan (JSON text or a dict); return the run summary.
 
     `work_dir` is where multi-stage intermediates go (the system temporary directory by
     default). `progress(tasks_done, tasks_total)` is called as tasks finish (the total grows
     as stages start); an exception it raises cancels the run. Ctrl-C cancels the run and
-    raises KeyboardInterrupt.
+    raises KeyboardInterrupt. With `resume` (the default), rerunning a job that failed or was
+    killed keeps every chunk it had written and computes only the rest; `resume=False`
+    starts over.
     """
     text = plan if isinstance(plan, str) else json.dumps(plan)
-    summary = _engine.run_plan(text, dict(params or {}), max_mem, threads, work_dir, progress)
+    summary = _engine.run_plan(
+        text, dict(params or {}), max_mem, threads, work_dir, progress, resume
+    )
     return json.loads(summary)
 
 

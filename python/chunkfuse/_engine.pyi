@@ -10,4 +10,5 @@ def run_plan(
     threads: int = ...,
     work_dir: str | None = ...,
     progress: Callable[[int, int], None] | None = ...,
+    resume: bool = ...,
 ) -> str: ...

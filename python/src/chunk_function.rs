@@ -89,7 +89,7 @@ pub fn run_chunk_function(
     progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<String> {
     let out_dtype = DType::parse(out_dtype).map_err(to_py)?;
-    let (opts, counters) = observed_options(max_mem, threads, work_dir);
+    let (opts, counters) = observed_options(max_mem, threads, work_dir, false);
     let cancel = opts.cancel.clone();
     let function = Arc::new(PyChunkFunction {
         function,

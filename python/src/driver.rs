@@ -19,12 +19,14 @@ pub fn observed_options(
     max_mem: Option<u64>,
     threads: usize,
     work_dir: Option<PathBuf>,
+    resume: bool,
 ) -> (RunOptions, Arc<Progress>) {
     let counters = Arc::new(Progress::new(false));
     let opts = RunOptions {
         max_mem,
         threads,
         work_dir,
+        resume,
         observe: Some(counters.clone()),
         ..RunOptions::default()
     };

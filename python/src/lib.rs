@@ -39,11 +39,14 @@ fn version() -> &'static str {
 /// let Python handle signals, so Ctrl-C cancels the run promptly (the engine stops at its next
 /// task boundary and no partial chunk is left visible). `progress`, if given, is called with
 /// `(tasks_done, tasks_total)` from this thread whenever they changed; an exception it raises
-/// cancels the run and is raised here.
+/// cancels the run and is raised here. With `resume`, a rerun of an unfinished job keeps
+/// the chunks it had written (see `RunOptions::resume`).
 #[pyfunction]
 #[pyo3(signature = (
-    plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, progress=None
+    plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, progress=None,
+    resume=true
 ))]
+#[allow(clippy::too_many_arguments)]
 fn run_plan(
     py: Python<'_>,
     plan_json: &str,
@@ -52,13 +55,35 @@ fn run_plan(
     threads: usize,
     work_dir: Option<PathBuf>,
     progress: Option<Bound<'_, PyAny>>,
+    resume: bool,
 ) -> PyResult<String> {
     let plan = Plan::from_json(plan_json, &params).map_err(to_py)?;
-    let (opts, counters) = driver::observed_options(max_mem, threads, work_dir);
+    let (opts, counters) = driver::observed_options(max_mem, threads, work_dir, resume);
     let cancel = opts.cancel.clone();
     driver::drive(py, counters, cancel, progress, move || {
         run::run_plan(&plan, &opts)
     })
+}
+
+/// Bytes in a size such as `"2GB"`, `"512MiB"` or `"1000"`.
+#[pyfunction]
+fn parse_bytes(text: &str) -> PyResult<u64> {
+    chunkfuse_engine::exec::memory::parse_bytes(text).map_err(to_py)
+}
+
+/// The metadata summary of the array at `url` (shape, dtype, chunks, shards, codecs, ...),
+/// as `chunkfuse info --json` prints it.
+#[pyfunction]
+fn array_info(py: Python<'_>, url: &str) -> PyResult<Py<PyAny>> {
+    let url = url.to_string();
+    let text = py
+        .detach(move || {
+            chunkfuse_engine::run::info(&url)
+                .and_then(|i| serde_json::to_string(&i).map_err(|e| Error::internal(e.to_string())))
+        })
+        .map_err(to_py)?;
+    let json = py.import("json")?;
+    Ok(json.call_method1("loads", (text,))?.unbind())
 }
 
 /// The module.
@@ -67,6 +92,8 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chunkfuse_engine::exec::memory::configure_allocator();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(run_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(array_info, m)?)?;
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add("__version__", chunkfuse_engine::VERSION)?;
     Ok(())

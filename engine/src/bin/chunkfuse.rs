@@ -37,6 +37,10 @@ struct Common {
     /// Print a JSON summary on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// Start over: do not reuse what an unfinished run of the same job wrote (by default a
+    /// rerun keeps every chunk it finds and computes only the rest).
+    #[arg(long)]
+    fresh: bool,
 }
 
 #[derive(Subcommand)]
@@ -153,6 +157,7 @@ fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error
         progress: !common.json,
         cancel,
         observe: None,
+        resume: !common.fresh,
     })
 }
 

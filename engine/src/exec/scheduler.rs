@@ -557,6 +557,7 @@ mod tests {
                         }]
                     })
                     .collect(),
+                outputs: Vec::new(),
                 processor: Box::new(Doubler {
                     store: store.clone(),
                     sum: 0,

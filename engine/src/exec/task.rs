@@ -80,4 +80,7 @@ pub struct Task {
     pub batches: Vec<Vec<ReadOp>>,
     /// The compute.
     pub processor: Box<dyn Processor>,
+    /// The chunk keys the task writes, all in one output store; a resumed run skips a task
+    /// whose keys all exist. Empty for tasks that are never skipped (reductions).
+    pub outputs: Vec<String>,
 }

@@ -516,5 +516,44 @@ impl ZarrArray {
     }
 }
 
+/// The store key that marks an array as the target of an unfinished job; its value is the
+/// job's fingerprint. Zarr readers ignore it.
+pub const JOB_MARKER_KEY: &str = ".chunkfuse-job";
+
+impl ZarrArray {
+    /// Opens the array a previous, unfinished run of job `job` left in `store` (same marker,
+    /// same metadata), so its written chunks can be kept; otherwise creates the array as
+    /// [`create`](Self::create) does and marks it with `job`. Returns whether it resumed.
+    pub fn resume_or_create(
+        store: Arc<dyn Store>,
+        spec: &ArraySpec,
+        job: &str,
+    ) -> Result<(Self, bool)> {
+        if spec.existing {
+            return Ok((Self::create(store, spec)?, false));
+        }
+        let url = store.url().to_string();
+        let marker = store.get(JOB_MARKER_KEY).map_err(|e| e.with_store(&url))?;
+        if marker.as_deref() == Some(job.as_bytes()) {
+            let (doc, key) = create::metadata_document(spec).map_err(|e| e.with_store(&url))?;
+            if store.get(&key).map_err(|e| e.with_store(&url))?.as_deref() == Some(&doc[..]) {
+                return Ok((Self::open(store)?, true));
+            }
+        }
+        let array = Self::create(store.clone(), spec)?;
+        store
+            .set(JOB_MARKER_KEY, job.as_bytes().to_vec())
+            .map_err(|e| e.with_store(&url))?;
+        Ok((array, false))
+    }
+
+    /// Removes the unfinished-job marker: the array is complete.
+    pub fn finish_job(&self) -> Result<()> {
+        self.store
+            .erase(JOB_MARKER_KEY)
+            .map_err(|e| e.with_store(&self.url))
+    }
+}
+
 #[cfg(test)]
 mod tests;

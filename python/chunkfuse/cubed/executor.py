@@ -182,6 +182,8 @@ class _Run:
                         threads=self.workers,
                         work_dir=self.work_dir,
                         progress=progress if self.callbacks else None,
+                        # Cubed reruns whole computations itself; its arrays carry no markers.
+                        resume=False,
                     ),
                 )
             except MemoryError as e:

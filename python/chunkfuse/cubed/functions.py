@@ -30,6 +30,7 @@ from chunkfuse.cubed.symbols import (
     Partial,
     Streamed,
 )
+from chunkfuse.fft import FftBlock
 
 #: Plain reductions by their chunk function (Cubed calls the backend namespace's functions).
 PLAIN_REDUCTIONS: dict[Any, str] = {
@@ -147,6 +148,11 @@ def apply(
             raise NotNative("expand_dims of a constant")
         axis = kw["axis"]
         return b.expand_dims(full, tuple(axis) if isinstance(axis, tuple) else (int(axis),))
+    if isinstance(fn, FftBlock) and not kw and len(args) == 1:
+        x = _as_full(b, args[0])
+        if isinstance(x, Const):
+            raise NotNative("FFT of a constant")
+        return b.fft(x, fn, shape, dtype)
     if fn is ops._partial_reduce:
         return _partial_reduce(args, kw, shape)
     if fn is statistical_functions._mean_aggregate:

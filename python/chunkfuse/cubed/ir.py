@@ -206,10 +206,30 @@ class IrBuilder:
         return undone[0]
 
     def rechunk(self, x: Full, chunks: tuple[int, ...]) -> Full:
-        """`x` with new chunks (the engine bounds its memory, multi-stage when needed)."""
+        """`x` with new chunks (the engine bounds its memory, multi-stage when needed). A
+        rechunk of a rechunk reads the first one's input: Cubed's multi-stage rechunks become
+        one engine rechunk, which plans its own stages."""
+        source = x.root
+        node = self.nodes.get(source)
+        if node is not None and node["op"] == "rechunk":
+            source = node["input"]
         nid = self._fresh("rc")
-        self.nodes[nid] = {"id": nid, "op": "rechunk", "input": x.root, "chunks": list(chunks)}
+        self.nodes[nid] = {"id": nid, "op": "rechunk", "input": source, "chunks": list(chunks)}
         return Full(nid, x.shape, x.dtype)
+
+    def fft(self, x: Full, block: Any, shape: tuple[int, ...], dtype: Any) -> Full:
+        """`block` (a `chunkfuse.fft.FftBlock`) applied to the whole of `x`."""
+        nid = self._fresh("fft")
+        node: dict[str, Any] = {
+            "id": nid, "op": "fft", "input": x.root, "norm": block.norm,
+            "kind": block.kind + ("n" if block.nd else ""),
+        }
+        if block.nd:
+            node.update(axes=list(block.axes), s=list(block.lengths))
+        else:
+            node.update(axis=block.axes[0], n=block.lengths[0])
+        self.nodes[nid] = node
+        return Full(nid, tuple(shape), np.dtype(dtype))
 
     def plan(
         self,

@@ -13,24 +13,10 @@ from cubed.storage.zarr import LazyZarrArray
 
 from chunkfuse.cubed.ir import IrBuilder
 from chunkfuse.cubed.symbols import Const, Empty, Full, NotNative, Offsets
+from chunkfuse.urls import local_url, zarr_array_url
 
 #: Cubed storage back ends whose arrays are plain Zarr v3 that the engine may write.
 NATIVE_STORAGE = ("zarr-python-v3", "zarrs-python")
-
-
-def local_url(store: Any, path: str | None) -> str | None:
-    """The local filesystem path of `store`/`path`, or None for any other kind of store."""
-    if isinstance(store, (str, os.PathLike)):
-        root = os.fspath(store)
-        if root.startswith("file://"):
-            root = root[len("file://") :]
-        elif "://" in root:
-            return None
-    elif isinstance(store, zarr.storage.LocalStore):
-        root = str(store.root)
-    else:
-        return None
-    return os.path.join(root, path) if path else root
 
 
 def array_url(target: Any) -> str | None:
@@ -38,8 +24,7 @@ def array_url(target: Any) -> str | None:
     if isinstance(target, LazyZarrArray):
         return local_url(target.store, target.path)
     if isinstance(target, zarr.Array):
-        sp = target.store_path
-        return local_url(sp.store, sp.path)
+        return zarr_array_url(target)
     return None
 
 

@@ -134,6 +134,7 @@ pub fn tasks(
                 // engine's copy of it and the encoded chunk.
                 memory: 2 * in_bytes + 3 * out_bytes,
                 batches: vec![reads],
+                outputs: Vec::new(),
                 processor: Box::new(ChunkFnProcessor {
                     task,
                     spec,

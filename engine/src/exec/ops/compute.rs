@@ -184,10 +184,12 @@ pub fn tasks(
                 crate::optimize::stages::encoded_in_flight(out_bytes, chunk_bytes, threads),
             );
             let label = format!("{label}: block {b:?}");
+            let outputs = chunks.iter().map(|c| out.chunk_key(c)).collect();
             Task {
                 label,
                 memory,
                 batches,
+                outputs,
                 processor: Box::new(ComputeProcessor {
                     fused: fused.clone(),
                     arrays: arrays.clone(),

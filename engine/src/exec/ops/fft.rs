@@ -132,6 +132,7 @@ pub fn tasks(
                 label: format!("{label}: chunk {chunk:?}"),
                 memory,
                 batches,
+                outputs: vec![out.chunk_key(&chunk)],
                 processor: Box::new(FftProcessor {
                     fused: fused.clone(),
                     arrays: arrays.clone(),

@@ -377,6 +377,7 @@ pub fn tasks(
                 label: format!("{label}: output chunk {idx:?}, group {g}"),
                 memory,
                 batches,
+                outputs: Vec::new(),
                 processor: Box::new(ReduceProcessor {
                     fused: fused.clone(),
                     arrays: arrays.clone(),
