@@ -231,12 +231,16 @@ fn stage_output(stage: &Stage) -> Option<usize> {
     }
 }
 
-/// Drops the tasks whose output chunks all exist already; returns how many it dropped.
+/// Drops the tasks whose output chunks all exist already and tells the others which of theirs
+/// do; returns how many it dropped.
 fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usize> {
     let existing: std::collections::HashSet<String> =
         out.store().list_prefix("")?.into_iter().collect();
     let before = tasks.len();
     tasks.retain(|t| t.outputs.is_empty() || !t.outputs.iter().all(|k| existing.contains(k)));
+    for t in tasks.iter_mut() {
+        t.processor.keep_existing(&existing);
+    }
     Ok(before - tasks.len())
 }
 

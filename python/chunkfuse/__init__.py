@@ -1,7 +1,9 @@
 """chunkfuse: a Rust executor for chunked-array plans over Zarr.
 
 The engine lives in the native module ``chunkfuse._engine``; this package translates and
-calls it. ``run_plan`` executes a JSON plan (see docs/plan-ir.md) with the GIL released.
+calls it. ``run_plan`` executes a JSON plan (see docs/plan-ir.md) with the GIL released;
+``rechunk`` copies a Zarr array into new chunks with bounded memory; ``chunkfuse.fft`` has
+numpy's FFTs for Cubed arrays; ``RustExecutor`` runs Cubed computations on the engine.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from chunkfuse import _engine
 
-__all__ = ["RustExecutor", "__version__", "engine_version", "run_plan"]
+__all__ = ["RustExecutor", "__version__", "engine_version", "rechunk", "run_plan"]
 
 __version__: str = _engine.version()
 
@@ -49,9 +51,13 @@ def run_plan(
 
 
 def __getattr__(name: str) -> Any:
-    # RustExecutor needs cubed; import it only when asked for.
+    # RustExecutor needs cubed and rechunk needs zarr-python; import them only when asked for.
     if name == "RustExecutor":
         from chunkfuse.cubed import RustExecutor
 
         return RustExecutor
+    if name == "rechunk":
+        from chunkfuse.rechunking import rechunk
+
+        return rechunk
     raise AttributeError(f"module 'chunkfuse' has no attribute {name!r}")

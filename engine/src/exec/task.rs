@@ -68,6 +68,10 @@ pub trait Processor: Send {
 
     /// Finishes after the last batch.
     fn finish(self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>>;
+
+    /// Told before the task starts, in a resumed run, which of its output keys exist
+    /// already: processors that can leave those chunks alone do.
+    fn keep_existing(&mut self, _existing: &std::collections::HashSet<String>) {}
 }
 
 /// A unit of scheduling.

@@ -346,6 +346,34 @@ impl Store for FsStore {
     fn supports_partial_reads(&self) -> bool {
         true
     }
+
+    fn remove_abandoned_writes(&self) -> Result<()> {
+        // Temporaries of this process may belong to writes in flight; others are abandoned.
+        let ours = format!(".partial-{}-", std::process::id());
+        let mut dirs = vec![self.root.clone()];
+        while let Some(dir) = dirs.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == IoKind::NotFound => continue,
+                Err(e) => return Err(io_error(&self.url, "", e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| io_error(&self.url, "", e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if name.contains(".partial-") && !name.contains(&ours) {
+                    match fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == IoKind::NotFound => {}
+                        Err(e) => return Err(io_error(&self.url, &name, e)),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

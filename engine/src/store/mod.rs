@@ -125,6 +125,12 @@ pub trait Store: Send + Sync {
     /// True when the backend reads byte ranges without fetching the whole value.
     fn supports_partial_reads(&self) -> bool;
 
+    /// Removes what a killed writer left of unfinished atomic writes (never visible as keys).
+    /// Stores whose writes leave nothing behind need not override it.
+    fn remove_abandoned_writes(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Reads a batch and waits for it (for metadata and tools, not the hot path).
     fn get_many(&self, reqs: Vec<ReadRequest>) -> Result<ReadBatch> {
         let (tx, rx) = mpsc::channel();

@@ -537,6 +537,7 @@ impl ZarrArray {
         if marker.as_deref() == Some(job.as_bytes()) {
             let (doc, key) = create::metadata_document(spec).map_err(|e| e.with_store(&url))?;
             if store.get(&key).map_err(|e| e.with_store(&url))?.as_deref() == Some(&doc[..]) {
+                store.remove_abandoned_writes()?;
                 return Ok((Self::open(store)?, true));
             }
         }

@@ -145,6 +145,12 @@ impl Processor for ComputeProcessor {
     fn finish(self: Box<Self>, _ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
         Ok(Vec::new())
     }
+
+    fn keep_existing(&mut self, existing: &std::collections::HashSet<String>) {
+        let out = &self.out;
+        self.chunks
+            .retain(|c| !existing.contains(&out.chunk_key(c)));
+    }
 }
 
 /// The tasks of a compute stage.

@@ -1,4 +1,5 @@
-"""`chunkfuse.rechunk`: copy a Zarr array into new chunks (and shards) with bounded memory.
+"""`chunkfuse.rechunk` (defined here, exported by the package): copy a Zarr array into new
+chunks (and shards) with bounded memory.
 
 The engine plans it as rechunker and Cubed do: blocks that hold whole source and target
 chunks when they fit the budget, else through an intermediate (sharded-free, fast codec) in a

@@ -1,0 +1,207 @@
+"""Rechunking jobs: `chunkfuse.rechunk` against zarr-python (random shapes, chunks, dtypes,
+Zarr v2 and v3 sources, sharded targets), bad input, and killed jobs that leave no corrupt
+target and resume when run again. Peak RSS under --max-mem is asserted in test_memory.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import chunkfuse
+import numpy as np
+import pytest
+import zarr
+from conftest import Cli, assert_no_partial_files, read_zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+DTYPES = ("bool", "int8", "uint16", "int32", "int64", "float32", "float64", "complex64")
+
+
+def values(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.startswith("complex"):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    if dtype.startswith(("int", "uint")):
+        return rng.integers(0, 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@st.composite
+def rechunk_cases(draw: st.DrawFn) -> dict[str, Any]:
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 30), min_size=rank, max_size=rank)))
+    src = tuple(draw(st.integers(1, n)) for n in shape)
+    dst = tuple(draw(st.integers(1, n)) for n in shape)
+    shards = None
+    if draw(st.booleans()):
+        shards = [c * draw(st.integers(1, 3)) for c in dst]
+    return {
+        "shape": shape, "src": src, "dst": dst, "shards": shards,
+        "dtype": draw(st.sampled_from(DTYPES)), "seed": draw(st.integers(0, 2**16)),
+        "max_mem": draw(st.sampled_from([None, "2MB"])),
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=rechunk_cases())
+def test_rechunk_equals_source_and_reads_back_in_zarr_python(
+    tmp_path_factory: pytest.TempPathFactory, case: dict[str, Any]
+) -> None:
+    tmp = tmp_path_factory.mktemp("rechunk")
+    a = values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"])
+    source = zarr.create_array(str(tmp / "src.zarr"), data=a, chunks=case["src"])
+    # The source may be given opened or as a path.
+    chunkfuse.rechunk(source, tmp / "dst.zarr", case["dst"], max_mem=case["max_mem"],
+                      shards=case["shards"])
+    out = zarr.open_array(str(tmp / "dst.zarr"), mode="r")
+    assert tuple(out.chunks) == case["dst"]
+    if case["shards"]:
+        assert tuple(out.shards) == tuple(case["shards"])
+    assert out.dtype == a.dtype
+    np.testing.assert_array_equal(out[...], a)
+
+
+def test_rechunk_of_a_zarr_v2_source_with_a_mapping_and_codecs(tmp_path: Path) -> None:
+    a = np.arange(40 * 30, dtype="int32").reshape(40, 30)
+    zarr.create_array(str(tmp_path / "v2.zarr"), data=a, chunks=(7, 30), zarr_format=2)
+    summary = chunkfuse.rechunk(str(tmp_path / "v2.zarr"), str(tmp_path / "out.zarr"),
+                                {0: 40, 1: 5}, max_mem="64MB",
+                                codecs={"name": "blosc", "cname": "lz4", "clevel": 5,
+                                        "shuffle": "shuffle"})
+    assert summary["outputs"] == [str(tmp_path / "out.zarr")]
+    out = zarr.open_array(str(tmp_path / "out.zarr"), mode="r")
+    assert tuple(out.chunks) == (40, 5)
+    assert out.metadata.zarr_format == 3
+    np.testing.assert_array_equal(out[...], a)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        ((5,), "have 1 entries but \"source\" has rank 2"),
+        ((5, 0), "must be positive"),
+        ((-2, 5), "must be positive"),
+        ({2: 5}, "axis 2 is out of range"),
+    ],
+)
+def test_bad_target_chunks_are_one_clear_error_and_write_nothing(
+    tmp_path: Path, chunks: Any, message: str
+) -> None:
+    zarr.create_array(str(tmp_path / "src.zarr"), data=np.ones((10, 10), "float32"))
+    with pytest.raises(ValueError, match=message):
+        chunkfuse.rechunk(tmp_path / "src.zarr", tmp_path / "dst.zarr", chunks)
+    assert not (tmp_path / "dst.zarr").exists()
+
+
+def test_source_that_is_not_an_array_names_it(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="nothing.zarr"):
+        chunkfuse.rechunk(tmp_path / "nothing.zarr", tmp_path / "dst.zarr", (1,))
+    with pytest.raises(TypeError, match="source must be a path or a zarr.Array"):
+        chunkfuse.rechunk(42, tmp_path / "dst.zarr", (1,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Killed midway, then run again
+# ---------------------------------------------------------------------------------------------
+
+SHAPE = (64, 256, 256)  # 16 MiB of float32
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[np.ndarray, Path]:
+    a = np.random.default_rng(9).standard_normal(SHAPE).astype("float32")
+    path = tmp_path / "src.zarr"
+    zarr.create_array(str(path), data=a, chunks=(1, 256, 256))
+    return a, path
+
+
+def target_chunk_files(target: Path) -> list[Path]:
+    return [p for p in (target / "c").rglob("*") if p.is_file()] if target.exists() else []
+
+
+def kill_midway(cli: Cli, args: list[str], target: Path) -> None:
+    """Starts the CLI on one thread and SIGKILLs it once some target chunks exist."""
+    proc = subprocess.Popen([str(cli.binary), *args, "--threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(target_chunk_files(target)) >= 3:
+                break
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+
+
+@pytest.mark.parametrize("max_mem", ["256MB", "6MB"], ids=["one-stage", "two-stage"])
+def test_killed_rechunk_leaves_whole_chunks_and_resumes(
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path], max_mem: str
+) -> None:
+    a, src = source
+    target = tmp_path / "dst.zarr"
+    work = tmp_path / "work"
+    args = ["rechunk", str(src), str(target), "--chunks", "64,16,16", "--codec", "zstd:1",
+            "--max-mem", max_mem, "--work-dir", str(work)]
+    kill_midway(cli, args, target)
+    written = target_chunk_files(target)
+    assert 0 < len(written) < 256
+    # Every visible chunk is whole: it decodes (abandoned temporaries are never keys).
+    arr = zarr.open_array(str(target), mode="r")
+    for p in written:
+        i, j, k = (int(v) for v in p.relative_to(target / "c").parts)
+        region = arr[i * 64:(i + 1) * 64, j * 16:(j + 1) * 16, k * 16:(k + 1) * 16]
+        np.testing.assert_array_equal(region, a[:, j * 16:(j + 1) * 16, k * 16:(k + 1) * 16])
+    before = {p: p.stat().st_mtime_ns for p in written}
+
+    summary = cli(*args, "--json").json()
+    resumed = [s for s in summary["stages"] if "resumed" in s]
+    assert resumed, summary["stages"]
+    # Chunks written before the kill were kept, not rewritten.
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+    np.testing.assert_array_equal(read_zarr(target), a)
+    assert_no_partial_files(target)
+    assert not (target / ".chunkfuse-job").exists()
+    assert not work.exists() or not any(work.iterdir()), list(work.iterdir())
+
+    # A finished job run again starts over (no marker), and --fresh always does.
+    summary = cli(*args, "--json").json()
+    assert not any("resumed" in s for s in summary["stages"])
+
+
+def test_rechunk_api_resumes_a_killed_cli_job(
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path]
+) -> None:
+    a, src = source
+    target = tmp_path / "dst.zarr"
+    kill_midway(cli, ["rechunk", str(src), str(target), "--chunks", "64,16,16",
+                      "--max-mem", "256MB"], target)
+    summary = chunkfuse.rechunk(src, target, (64, 16, 16), max_mem="256MB",
+                                codecs={"name": "zstd", "level": 3})
+    assert any("resumed" in s for s in summary["stages"]), summary["stages"]
+    np.testing.assert_array_equal(read_zarr(target), a)
+    summary = chunkfuse.rechunk(src, target, (64, 16, 16), resume=False)
+    assert not any("resumed" in s for s in summary["stages"])
+    np.testing.assert_array_equal(read_zarr(target), a)
+
+
+def test_a_different_job_on_the_same_target_starts_over(
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path]
+) -> None:
+    a, src = source
+    target = tmp_path / "dst.zarr"
+    kill_midway(cli, ["rechunk", str(src), str(target), "--chunks", "64,16,16",
+                      "--max-mem", "256MB"], target)
+    summary = chunkfuse.rechunk(src, target, (32, 32, 32), max_mem="256MB")
+    assert not any("resumed" in s for s in summary["stages"])
+    out = zarr.open_array(str(target), mode="r")
+    assert tuple(out.chunks) == (32, 32, 32)
+    np.testing.assert_array_equal(out[...], a)
