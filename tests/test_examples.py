@@ -18,6 +18,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 SMALL_ARGS: dict[str, list[str]] = {
     "cubed_quickstart": ["--size", "200"],
     "xarray_cubed": ["--time", "12", "--lat", "19", "--lon", "36"],
+    "era5_fft": ["--time", "12", "--lat", "37", "--lon", "24"],
 }
 
 

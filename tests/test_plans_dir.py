@@ -45,6 +45,22 @@ def era5_anomaly(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return x - mean, tol
 
 
+def relative(expected: np.ndarray, rtol: float) -> np.ndarray:
+    """An absolute tolerance of `rtol` times the largest magnitude (FFTs mix every value of a
+    lane into every output)."""
+    return np.full(expected.shape, rtol * float(np.abs(expected).max()))
+
+
+def era5_fft_lat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    expected = np.abs(np.fft.rfft(x, axis=1)).mean(axis=0)
+    return expected, relative(expected, 2e-5)
+
+
+def era5_power_spectrum(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    expected = np.abs(np.fft.rfft(x, axis=0)) ** 2
+    return expected, relative(expected, 2e-5)
+
+
 def identity(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return x, None
 
@@ -61,6 +77,8 @@ REFERENCES: dict[str, Reference] = {
     "era5-sum": Reference(era5_sum),
     "era5-anomaly": Reference(era5_anomaly),
     "era5-rechunk": Reference(identity),
+    "era5-fft-lat": Reference(era5_fft_lat),
+    "era5-power-spectrum": Reference(era5_power_spectrum),
 }
 
 
