@@ -21,14 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import chunkfuse.fft as cf
 import cubed
 import cubed.array_api as xp
 import numpy as np
 import xarray as xr
-from xarray_cubed import make_dataset
-
-import chunkfuse.fft as cf
 from chunkfuse import RustExecutor
+from xarray_cubed import make_dataset
 
 
 def main() -> None:
