@@ -137,8 +137,15 @@ def test_fft_along_a_finely_split_axis_spills_a_rechunked_copy(cli: Cli, tmp_pat
     first rechunks (bounded) into an intermediate; the result still equals numpy."""
     a = sample(np.random.default_rng(5), (48, 60, 80), "float32")
     zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(1, 60, 80))
-    summary = run_fft_plan(cli, tmp_path / "x.zarr", tmp_path / "out.zarr",
-                           {"kind": "rfft", "axis": 0}, max_mem="4MB")
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
+        "ops": [
+            {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
+            {"id": "w", "op": "write", "input": "f", "target": str(tmp_path / "out.zarr"),
+             "chunks": [-1, 15, 20]},
+        ],
+    }
+    summary = cli.run_plan(plan, max_mem="4MB")
     assert any("input" in s for s in summary["stages"]), summary["stages"]
     assert_fft_close(read_zarr(tmp_path / "out.zarr"), np.fft.rfft(a, axis=0))
 

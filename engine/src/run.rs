@@ -226,7 +226,7 @@ fn physical_fingerprint(physical: &stages::PhysicalPlan) -> String {
 /// The output material of a stage whose tasks a resumed run may skip.
 fn stage_output(stage: &Stage) -> Option<usize> {
     match stage {
-        Stage::Compute { out, .. } | Stage::Fft { out, .. } => Some(*out),
+        Stage::Compute { out, .. } => Some(*out),
         Stage::Reduce { .. } => None,
     }
 }
@@ -265,24 +265,6 @@ fn stage_tasks(
                 arrays.clone(),
                 arrays[*out].clone(),
                 block,
-                label,
-                batch_limit,
-            ),
-        ),
-        Stage::Fft {
-            input,
-            out,
-            steps,
-            norm,
-            label,
-        } => (
-            label.clone(),
-            crate::exec::ops::fft::tasks(
-                Arc::new(input.clone()),
-                arrays.clone(),
-                arrays[*out].clone(),
-                steps,
-                *norm,
                 label,
                 batch_limit,
             ),

@@ -3,7 +3,7 @@
 //! times (an FFT along an axis the input splits finely), a bounded-memory rechunk of the
 //! input into an intermediate first.
 
-use super::fuse::{Fused, MatId};
+use super::fuse::{Fused, LeafFft};
 use super::stages::{self, Material, PlanOptions, Stage};
 use crate::array::{ChunkGrid, DType, Region};
 use crate::error::{Error, Result};
@@ -117,8 +117,11 @@ fn fitting_chunks(
     }
 }
 
-/// Plans the FFT of node `name` into a new material (`target`, when given and its chunks
-/// keep the transformed axes whole, else an intermediate) and returns it.
+/// Plans the FFT of node `name`: a fused value that computes the transform wherever it is
+/// consumed, region by region of a grid whose transformed axes are whole and whose other
+/// axes fit the budget. Its input is read straight from a material when that costs one read
+/// per chunk; otherwise (a fused expression, or tasks that would re-read the same chunks) it
+/// is first copied, bounded, into an intermediate chunked for the transform.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fft(
     materials: &mut Vec<Material>,
@@ -129,13 +132,11 @@ pub fn plan_fft(
     out_shape: &[u64],
     out_dtype: DType,
     natural: &ChunkGrid,
-    target: Option<MatId>,
     opts: PlanOptions,
-) -> Result<MatId> {
+) -> Result<Fused> {
     let axes = spec.axes();
     // Two tasks at once keep IO and compute overlapped.
     let limit = (opts.budget / 2).max(1);
-    let batch = opts.batch_bytes;
     let chunks = fitting_chunks(
         spec,
         &input,
@@ -143,67 +144,38 @@ pub fn plan_fft(
         &natural.chunk_shape(),
         out_dtype,
         limit,
-        batch,
+        opts.batch_bytes,
     )?;
-    // Re-reading each input chunk from several tasks costs a decode each time; a rechunked
-    // copy costs one decode plus a cheap intermediate. Spill when any chunk is read twice.
-    let input = if read_amplification(&input.grid, &chunks, &axes) > 1 {
-        let mut mid_chunks = chunks.clone();
-        for s in &spec.steps {
-            mid_chunks[s.axis] = input.shape[s.axis].max(1);
+    let direct = input
+        .plain_material()
+        .filter(|&m| read_amplification(&materials[m].grid, &chunks, &axes) <= 1);
+    let mat = match direct {
+        Some(m) => m,
+        None => {
+            // Re-reading each input chunk from several tasks costs a decode each time; a
+            // rechunked copy costs one decode plus a cheap intermediate.
+            let mut mid_chunks = chunks.clone();
+            for s in &spec.steps {
+                mid_chunks[s.axis] = input.shape[s.axis].max(1);
+            }
+            let dtype = input.dtype();
+            let shape = input.shape.clone();
+            let label = format!("{name} input");
+            let mid = stages::intermediate(materials, &label, &shape, dtype, &mid_chunks)?;
+            stages::plan_copy(materials, stages_out, input, mid, &label, opts)?;
+            mid
         }
-        let dtype = input.dtype();
-        let shape = input.shape.clone();
-        let mid = stages::intermediate(
-            materials,
-            &format!("{name} input"),
-            &shape,
-            dtype,
-            &mid_chunks,
-        )?;
-        let mid_grid = materials[mid].grid.clone();
-        stages::plan_copy(
-            materials,
-            stages_out,
-            input,
-            mid,
-            &format!("{name} input"),
-            opts,
-        )?;
-        Fused::material(mid, &shape, dtype, mid_grid)
-    } else {
-        input
-    }
-    .cast_to(spec.compute);
-    let usable_target = target.filter(|&t| {
-        let g = &materials[t].grid;
-        let c = g.chunk_shape();
-        axes.iter().all(|&a| c[a] >= out_shape[a])
-            && task_bytes(
-                &spec.steps,
-                &input.shape,
-                &g.chunk_region(&vec![0; c.len()]),
-                input
-                    .leaves
-                    .iter()
-                    .map(|l| l.dtype.size() as u64)
-                    .sum::<u64>()
-                    .max(1),
-                spec.compute,
-                out_dtype,
-                batch,
-            ) <= limit
-    });
-    let out = match usable_target {
-        Some(t) => t,
-        None => stages::intermediate(materials, name, out_shape, out_dtype, &chunks)?,
     };
-    stages_out.push(Stage::Fft {
-        input,
-        out,
-        steps: spec.steps.clone(),
-        norm: spec.norm,
-        label: format!("FFT of {name}"),
-    });
-    Ok(out)
+    let grid = ChunkGrid::regular(out_shape, &chunks)?;
+    Ok(Fused::fft(
+        mat,
+        LeafFft {
+            steps: spec.steps.clone(),
+            norm: spec.norm,
+            compute: spec.compute,
+            shape: out_shape.to_vec(),
+        },
+        out_dtype,
+        grid,
+    ))
 }

@@ -2,22 +2,42 @@
 //! of materialized arrays (sources, intermediates, written targets). Chains fuse into one
 //! program; nothing between leaves and the consumer is ever materialized.
 
+use std::sync::Arc;
+
 use crate::array::{ChunkGrid, DType};
+use crate::kernels::fft::{FftNorm, FftStep};
 use crate::kernels::{Inst, Program};
 use crate::plan::graph::{TExpr, View};
 
 /// Index of a materialized array in the run's material table.
 pub type MatId = usize;
 
-/// A view of a materialized array.
+/// An FFT applied to a leaf's values as they are read: the values a leaf stands for are the
+/// transform of its material, computed per region from the material's values along whole
+/// axes, so FFTs fuse with what consumes them (an elementwise op, a reduction, a write).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeafFft {
+    /// The kernel steps.
+    pub steps: Vec<FftStep>,
+    /// Normalisation.
+    pub norm: FftNorm,
+    /// The dtype the material's values are cast to before the first step.
+    pub compute: DType,
+    /// Shape of the transformed values.
+    pub shape: Vec<u64>,
+}
+
+/// A view of a materialized array (or of its FFT).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Leaf {
     /// The array.
     pub mat: MatId,
-    /// Maps the fused array's coordinates to the material's.
+    /// Maps the fused array's coordinates to the leaf's values' coordinates.
     pub view: View,
-    /// The material's dtype.
+    /// The dtype of the leaf's values (the material's, or its FFT's).
     pub dtype: DType,
+    /// The transform of the material the leaf's values are, if any.
+    pub fft: Option<Arc<LeafFft>>,
 }
 
 /// A fused virtual array: a program over leaves.
@@ -44,10 +64,37 @@ impl Fused {
                 mat,
                 view: View::identity(shape.len()),
                 dtype,
+                fft: None,
             }],
             shape: shape.to_vec(),
             grid,
         }
+    }
+
+    /// The FFT `fft` of material `mat` as a fused value of dtype `dtype`, computed where it
+    /// is consumed, region by region of `grid` (whose transformed axes are whole).
+    pub fn fft(mat: MatId, fft: LeafFft, dtype: DType, grid: ChunkGrid) -> Fused {
+        let shape = fft.shape.clone();
+        Fused {
+            program: Program {
+                insts: vec![Inst::Load { leaf: 0, dtype }],
+            },
+            leaves: vec![Leaf {
+                mat,
+                view: View::identity(shape.len()),
+                dtype,
+                fft: Some(Arc::new(fft)),
+            }],
+            shape,
+            grid,
+        }
+    }
+
+    /// The material behind a plain, untransformed copy of one leaf through an identity view.
+    pub fn plain_material(&self) -> Option<MatId> {
+        let leaf = self.program.as_single_load()?;
+        let l = &self.leaves[leaf];
+        (l.view.is_identity() && l.fft.is_none()).then_some(l.mat)
     }
 
     /// The result dtype.
@@ -67,6 +114,7 @@ impl Fused {
                     mat: l.mat,
                     view: l.view.compose(view),
                     dtype: l.dtype,
+                    fft: l.fft.clone(),
                 })
                 .collect(),
             shape,

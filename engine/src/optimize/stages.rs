@@ -75,20 +75,6 @@ pub enum Stage {
         /// For messages.
         label: String,
     },
-    /// Transforms `input` (already cast to the compute dtype) along whole axes into `out`,
-    /// one task per chunk of `out`.
-    Fft {
-        /// The values to transform.
-        input: Fused,
-        /// Where.
-        out: MatId,
-        /// The kernel steps.
-        steps: Vec<crate::kernels::fft::FftStep>,
-        /// Normalisation.
-        norm: crate::kernels::fft::FftNorm,
-        /// For messages.
-        label: String,
-    },
 }
 
 /// Materials and stages, in execution order.
@@ -145,8 +131,6 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     let mut fused: Vec<Option<Fused>> = vec![None; n];
     // Write nodes whose producer wrote straight into their target.
     let mut produced_target: Vec<Option<MatId>> = vec![None; n];
-    // Write nodes whose target material exists but still needs a copy.
-    let mut reserved_target: Vec<Option<MatId>> = vec![None; n];
 
     for (i, node) in graph.nodes.iter().enumerate() {
         // The single consumer, when it is a write: producers of materials write there directly.
@@ -224,12 +208,8 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 ));
             }
             NodeKind::Fft(spec) => {
-                let target = match direct_write {
-                    Some(w) => Some(target_material(graph, w, &mut materials)?),
-                    None => None,
-                };
                 let input = fused_of(&fused, spec.input)?.clone();
-                let out = super::fft::plan_fft(
+                fused[i] = Some(super::fft::plan_fft(
                     &mut materials,
                     &mut stages,
                     spec,
@@ -238,24 +218,8 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     &node.shape,
                     node.dtype,
                     &node.grid,
-                    target,
                     opts,
-                )?;
-                if let (Some(w), Some(t)) = (direct_write, target) {
-                    if out == t {
-                        produced_target[w] = Some(t);
-                    } else {
-                        // The target's chunks do not suit the FFT: the write op copies the
-                        // intermediate into it.
-                        reserved_target[w] = Some(t);
-                    }
-                }
-                fused[i] = Some(Fused::material(
-                    out,
-                    &node.shape,
-                    node.dtype,
-                    materials[out].grid.clone(),
-                ));
+                )?);
             }
             NodeKind::Rechunk { input }
                 if !consumers[i].is_empty()
@@ -296,10 +260,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 let out = match produced_target[i] {
                     Some(m) => m,
                     None => {
-                        let m = match reserved_target[i] {
-                            Some(m) => m,
-                            None => target_material(graph, i, &mut materials)?,
-                        };
+                        let m = target_material(graph, i, &mut materials)?;
                         let src = fused_of(&fused, *input)?.clone();
                         plan_copy(&mut materials, &mut stages, src, m, &node.id, opts)?;
                         m

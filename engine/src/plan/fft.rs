@@ -9,6 +9,9 @@ use crate::error::Result;
 use crate::kernels::fft::{FftNorm, FftStep, FftStepKind};
 use crate::{plan_bail, plan_ensure};
 
+/// The largest natural chunk of an FFT's result (it is what a write of it uses by default).
+pub const NATURAL_CHUNK_BYTES: u64 = 64 << 20;
+
 /// A typed FFT: what the kernels run on each block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FftSpec {
@@ -182,11 +185,24 @@ pub fn fft_node(
     for s in &steps {
         shape[s.axis] = s.kind.out_len(s.n) as u64;
     }
-    // Transformed axes are whole in each chunk; the others keep the input's chunking.
+    // Transformed axes are whole in each chunk; the others keep the input's chunking, halved
+    // (widest first) while a chunk is larger than NATURAL_CHUNK_BYTES.
+    let mut sizes: Vec<u64> = (0..rank)
+        .map(|d| if axes.contains(&d) { shape[d].max(1) } else { src.grid.chunk_shape()[d].max(1) })
+        .collect();
+    while sizes.iter().product::<u64>() * dtype.size() as u64 > NATURAL_CHUNK_BYTES {
+        let Some(widest) = (0..rank)
+            .filter(|d| !axes.contains(d) && sizes[*d] > 1)
+            .max_by_key(|d| sizes[*d])
+        else {
+            break;
+        };
+        sizes[widest] = sizes[widest].div_ceil(2);
+    }
     let grid_axes = (0..rank)
         .map(|d| {
-            if axes.contains(&d) {
-                AxisChunks::regular(shape[d], shape[d].max(1))
+            if axes.contains(&d) || sizes[d] != src.grid.chunk_shape()[d] {
+                AxisChunks::regular(shape[d], sizes[d])
             } else {
                 Ok(src.grid.axes()[d].clone())
             }

@@ -71,14 +71,14 @@ impl ComputeProcessor {
         let dtype = self.out.dtype();
         Ok(match self.fused.plain_leaf(dtype) {
             Some(l) => {
-                let _ = self.assembler.leaf_inputs(&self.arrays);
+                self.assembler.leaf_inputs(&self.arrays)?;
                 self.assembler
                     .take_leaf(l)
                     .unwrap_or_else(|| Buffer::zeros(dtype, region.len() as usize))
             }
             None => {
                 let mut out = Buffer::zeros(dtype, region.len() as usize);
-                let leaves = self.assembler.leaf_inputs(&self.arrays);
+                let leaves = self.assembler.leaf_inputs(&self.arrays)?;
                 eval_into(&self.fused.program, &leaves, &region.shape, &mut out)?;
                 out
             }

@@ -2,6 +2,5 @@
 
 pub mod chunk_fn;
 pub mod compute;
-pub mod fft;
 pub mod reduce;
 pub mod region;

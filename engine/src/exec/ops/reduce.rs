@@ -145,7 +145,7 @@ impl ReduceProcessor {
                 slab.min(extent - start)
             };
             for (piece, asm) in assembled.iter_mut() {
-                let mut leaves = asm.leaf_inputs(&self.arrays);
+                let mut leaves = asm.leaf_inputs(&self.arrays)?;
                 let mut shape = piece.shape.clone();
                 let mut base = 0usize;
                 if slab != u64::MAX {

@@ -11,8 +11,10 @@ use crate::array::grid::c_strides;
 use crate::array::{Buffer, Region};
 use crate::error::Result;
 use crate::exec::task::{ReadOp, TaskContext};
-use crate::kernels::LeafInput;
-use crate::optimize::fuse::Fused;
+use crate::kernels::fft::{transform, Block};
+use crate::kernels::{eval_into, Inst, LeafInput, Program};
+use crate::optimize::fft::input_region;
+use crate::optimize::fuse::{Fused, LeafFft};
 use crate::plan::graph::ViewAxis;
 use crate::store::ReadRequest;
 use crate::zarr::ZarrArray;
@@ -25,12 +27,30 @@ pub type Arrays = Arc<Vec<Arc<ZarrArray>>>;
 pub struct LeafRead {
     /// The leaf's material.
     pub mat: usize,
-    /// The box of the material the region touches.
+    /// The box of the leaf's values the region touches.
     pub bbox: Region,
-    /// Chunks of the material overlapping the box, in C order.
+    /// The box of the material read: `bbox`, or for an FFT leaf what its transform needs
+    /// (transformed axes whole).
+    pub read_box: Region,
+    /// Chunks of the material overlapping `read_box`, in C order.
     pub chunks: Vec<Vec<u64>>,
     /// Element strides of the box buffer per region axis (0 where the leaf broadcasts).
     pub strides: Vec<usize>,
+    /// The FFT the leaf's values are, if any.
+    pub fft: Option<Arc<LeafFft>>,
+}
+
+impl LeafRead {
+    /// The transformed block of an FFT leaf: `read_box` with the transformed axes whole in
+    /// the output.
+    fn fft_block(&self, fft: &LeafFft) -> Region {
+        let mut block = self.read_box.clone();
+        for s in &fft.steps {
+            block.start[s.axis] = 0;
+            block.shape[s.axis] = fft.shape[s.axis];
+        }
+        block
+    }
 }
 
 /// The reads of one region of a fused value.
@@ -68,6 +88,10 @@ impl RegionRead {
                     })
                     .unzip();
                 let bbox = Region { start, shape };
+                let read_box = match &leaf.fft {
+                    Some(f) => input_region(&f.steps, &arr.shape(), &bbox),
+                    None => bbox.clone(),
+                };
                 let bs = c_strides(&bbox.shape);
                 let mut strides = vec![0usize; region.rank()];
                 for (j, a) in leaf.view.axes.iter().enumerate() {
@@ -75,16 +99,18 @@ impl RegionRead {
                         strides[out_axis] += (bs[j] * step) as usize;
                     }
                 }
-                let chunks = if bbox.is_empty() {
+                let chunks = if bbox.is_empty() || read_box.is_empty() {
                     Vec::new()
                 } else {
-                    arr.grid().chunks_overlapping(&bbox)
+                    arr.grid().chunks_overlapping(&read_box)
                 };
                 LeafRead {
                     mat: leaf.mat,
                     bbox,
+                    read_box,
                     chunks,
                     strides,
+                    fft: leaf.fft.clone(),
                 }
             })
             .collect();
@@ -117,11 +143,21 @@ impl RegionRead {
             .collect()
     }
 
-    /// Decoded bytes of the leaf boxes.
+    /// Decoded bytes of the leaf boxes; for FFT leaves, the material read plus the kernel's
+    /// complex blocks before and after each step.
     pub fn leaf_bytes(&self, arrays: &[Arc<ZarrArray>]) -> u64 {
         self.leaves
             .iter()
-            .map(|l| l.bbox.len() * arrays[l.mat].dtype().size() as u64)
+            .map(|l| {
+                let read = l.read_box.len() * arrays[l.mat].dtype().size() as u64;
+                match &l.fft {
+                    Some(f) => {
+                        let complex = f.compute.to_complex().size() as u64;
+                        read + 3 * l.fft_block(f).len().max(l.read_box.len()) * complex
+                    }
+                    None => read,
+                }
+            })
             .sum()
     }
 
@@ -140,12 +176,64 @@ impl RegionRead {
     }
 }
 
+/// The values of FFT leaf `lr`: its material's `values` (over `read_box`) cast to the compute
+/// dtype, transformed, and cut to the leaf's box.
+fn transform_leaf(values: Buffer, lr: &LeafRead, fft: &LeafFft) -> Result<Buffer> {
+    let shape: Vec<usize> = lr.read_box.shape.iter().map(|&n| n as usize).collect();
+    let values = if values.dtype() == fft.compute {
+        values
+    } else {
+        let program = Program {
+            insts: vec![
+                Inst::Load {
+                    leaf: 0,
+                    dtype: values.dtype(),
+                },
+                Inst::Cast {
+                    arg: 0,
+                    to: fft.compute,
+                },
+            ],
+        };
+        let strides = c_strides(&lr.read_box.shape)
+            .into_iter()
+            .map(|s| s as usize)
+            .collect();
+        let mut cast = Buffer::zeros(fft.compute, values.len());
+        let input = [LeafInput {
+            buf: &values,
+            offset: 0,
+            strides,
+        }];
+        eval_into(&program, &input, &lr.read_box.shape, &mut cast)?;
+        cast
+    };
+    let out = transform(Block { values, shape }, &fft.steps, fft.norm)?;
+    let block = lr.fft_block(fft);
+    if block == lr.bbox {
+        return Ok(out.values);
+    }
+    let dtype = out.values.dtype();
+    let mut cut = Buffer::zeros(dtype, lr.bbox.len() as usize);
+    copy_region(
+        out.values.bytes(),
+        &block,
+        cut.bytes_mut(),
+        &lr.bbox,
+        &lr.bbox,
+        dtype.size(),
+    );
+    Ok(cut)
+}
+
 /// Decoded leaf buffers of one region, filled batch by batch.
 pub struct Assembler {
     read: RegionRead,
     pairs: Vec<(usize, Vec<u64>)>,
     next: usize,
     bufs: Vec<Option<Buffer>>,
+    /// Which FFT leaves' buffers hold their transform already.
+    transformed: Vec<bool>,
 }
 
 impl Assembler {
@@ -158,6 +246,7 @@ impl Assembler {
             pairs,
             next: 0,
             bufs: (0..n).map(|_| None).collect(),
+            transformed: vec![false; n],
         }
     }
 
@@ -190,18 +279,18 @@ impl Assembler {
             let lr = &self.read.leaves[*l];
             let arr = &arrays[lr.mat];
             let chunk_region = arr.grid().chunk_region(idx);
-            if chunk_region == lr.bbox && lr.chunks.len() == 1 {
+            if chunk_region == lr.read_box && lr.chunks.len() == 1 {
                 self.bufs[*l] = Some(buf);
                 continue;
             }
             let dest = self.bufs[*l]
-                .get_or_insert_with(|| Buffer::zeros(arr.dtype(), lr.bbox.len() as usize));
-            if let Some(overlap) = chunk_region.intersect(&lr.bbox) {
+                .get_or_insert_with(|| Buffer::zeros(arr.dtype(), lr.read_box.len() as usize));
+            if let Some(overlap) = chunk_region.intersect(&lr.read_box) {
                 copy_region(
                     buf.bytes(),
                     &chunk_region,
                     dest.bytes_mut(),
-                    &lr.bbox,
+                    &lr.read_box,
                     &overlap,
                     arr.dtype().size(),
                 );
@@ -210,18 +299,26 @@ impl Assembler {
         Ok(())
     }
 
-    /// The leaf inputs for the kernels (after every chunk was accepted).
-    pub fn leaf_inputs(&mut self, arrays: &[Arc<ZarrArray>]) -> Vec<LeafInput<'_>> {
+    /// The leaf inputs for the kernels (after every chunk was accepted); FFT leaves are
+    /// transformed here, once.
+    pub fn leaf_inputs(&mut self, arrays: &[Arc<ZarrArray>]) -> Result<Vec<LeafInput<'_>>> {
         for (l, b) in self.bufs.iter_mut().enumerate() {
+            let lr = &self.read.leaves[l];
             if b.is_none() {
-                let lr = &self.read.leaves[l];
                 *b = Some(Buffer::zeros(
                     arrays[lr.mat].dtype(),
-                    lr.bbox.len() as usize,
+                    lr.read_box.len() as usize,
                 ));
             }
+            if let (Some(fft), false) = (&lr.fft, self.transformed[l]) {
+                if let Some(values) = b.take() {
+                    *b = Some(transform_leaf(values, lr, fft)?);
+                }
+                self.transformed[l] = true;
+            }
         }
-        self.bufs
+        Ok(self
+            .bufs
             .iter()
             .zip(&self.read.leaves)
             .filter_map(|(b, lr)| {
@@ -231,7 +328,7 @@ impl Assembler {
                     strides: lr.strides.clone(),
                 })
             })
-            .collect()
+            .collect())
     }
 
     /// Takes leaf `l`'s buffer (for plain copies).
