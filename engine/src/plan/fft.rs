@@ -188,7 +188,13 @@ pub fn fft_node(
     // Transformed axes are whole in each chunk; the others keep the input's chunking, halved
     // (widest first) while a chunk is larger than NATURAL_CHUNK_BYTES.
     let mut sizes: Vec<u64> = (0..rank)
-        .map(|d| if axes.contains(&d) { shape[d].max(1) } else { src.grid.chunk_shape()[d].max(1) })
+        .map(|d| {
+            if axes.contains(&d) {
+                shape[d].max(1)
+            } else {
+                src.grid.chunk_shape()[d].max(1)
+            }
+        })
         .collect();
     while sizes.iter().product::<u64>() * dtype.size() as u64 > NATURAL_CHUNK_BYTES {
         let Some(widest) = (0..rank)
