@@ -494,14 +494,12 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
             for kb in (0..out_len).step_by(GROUP) {
                 let kn = GROUP.min(out_len - kb);
                 for (p, lane) in work.chunks_exact(n).enumerate() {
-                    for kk in 0..kn {
+                    for (kk, t) in tile.iter_mut().enumerate().take(kn) {
                         let k = kb + kk;
                         let z = lane[k];
                         let zc = lane[(n - k) % n].conj();
-                        tile[kk][2 * p] = (z + zc) * half;
-                        if 2 * p + 1 < GROUP {
-                            tile[kk][2 * p + 1] = (z - zc) * minus_i * half;
-                        }
+                        t[2 * p] = (z + zc) * half;
+                        t[2 * p + 1] = (z - zc) * minus_i * half;
                     }
                 }
                 for (kk, t) in tile.iter().enumerate().take(kn) {
