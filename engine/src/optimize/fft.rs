@@ -59,6 +59,49 @@ fn read_amplification(input: &ChunkGrid, out_chunks: &[u64], transformed: &[usiz
         .product()
 }
 
+/// Chunks of the rechunked copy an FFT reads: the FFT's own chunks on the other axes; along
+/// a single transformed axis, as many steps as a one-stage copy from the input can fill (a
+/// block of whole input chunks within `limit`); the FFT then reads several of them per region,
+/// each once. Several transformed axes are each kept whole.
+fn spill_chunks(spec: &FftSpec, input: &Fused, chunks: &[u64], limit: u64) -> Vec<u64> {
+    let axes = spec.axes();
+    let in_chunks = input.grid.chunk_shape();
+    let mut mid: Vec<u64> = (0..chunks.len())
+        .map(|d| {
+            if axes.contains(&d) {
+                input.shape[d].max(1)
+            } else {
+                chunks[d]
+            }
+        })
+        .collect();
+    if let [axis] = axes[..] {
+        // Elements of one step along the axis in a copy block (whole input chunks across).
+        let across: u64 = (0..mid.len())
+            .filter(|&d| d != axis)
+            .map(|d| {
+                let (a, b) = (in_chunks[d].max(1), mid[d]);
+                (a * b / gcd(a, b)).min(input.shape[d]).max(1)
+            })
+            .product();
+        let itemsize = input.dtype().size() as u64;
+        // The copy holds the block's values, its output and encoded chunks: about 4x.
+        let steps = (limit / (4 * across * itemsize).max(1)).max(1);
+        let unit = in_chunks[axis].max(1);
+        let steps = (steps / unit).max(1) * unit;
+        mid[axis] = steps.min(input.shape[axis]).max(1);
+    }
+    mid
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// Output chunk shape: the node's (transformed axes whole), its other axes halved, largest
 /// first, until a task fits `limit`.
 fn fitting_chunks(
@@ -154,10 +197,7 @@ pub fn plan_fft(
         None => {
             // Re-reading each input chunk from several tasks costs a decode each time; a
             // rechunked copy costs one decode plus a cheap intermediate.
-            let mut mid_chunks = chunks.clone();
-            for s in &spec.steps {
-                mid_chunks[s.axis] = input.shape[s.axis].max(1);
-            }
+            let mid_chunks = spill_chunks(spec, &input, &chunks, limit);
             let dtype = input.dtype();
             let shape = input.shape.clone();
             let label = format!("{name} input");

@@ -209,6 +209,24 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
             }
             NodeKind::Fft(spec) => {
                 let input = fused_of(&fused, spec.input)?.clone();
+                // Chunk the transform as the array it is written to, when that is known, so
+                // the write's tasks read whole chunks of it.
+                let axes = spec.axes();
+                let natural = match written_chunks(graph, &consumers, i) {
+                    Some(w) => {
+                        let sizes: Vec<u64> = (0..node.shape.len())
+                            .map(|d| {
+                                if axes.contains(&d) {
+                                    node.shape[d].max(1)
+                                } else {
+                                    w[d].max(1)
+                                }
+                            })
+                            .collect();
+                        ChunkGrid::regular(&node.shape, &sizes)?
+                    }
+                    None => node.grid.clone(),
+                };
                 fused[i] = Some(super::fft::plan_fft(
                     &mut materials,
                     &mut stages,
@@ -217,7 +235,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     &node.id,
                     &node.shape,
                     node.dtype,
-                    &node.grid,
+                    &natural,
                     opts,
                 )?);
             }
@@ -276,6 +294,29 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
         }
     }
     Ok(PhysicalPlan { materials, stages })
+}
+
+/// The chunks of the array node `i` ends up written to, when it flows through elementwise
+/// ops of its own shape (each its only consumer) into a write that names its chunks.
+fn written_chunks(graph: &Graph, consumers: &[Vec<usize>], i: usize) -> Option<Vec<u64>> {
+    let shape = &graph.nodes[i].shape;
+    let mut at = i;
+    loop {
+        let [next] = consumers[at].as_slice() else {
+            return None;
+        };
+        let node = &graph.nodes[*next];
+        if node.shape != *shape {
+            return None;
+        }
+        match &node.kind {
+            NodeKind::Elementwise { .. } => at = *next,
+            NodeKind::Write { spec, .. } => {
+                return spec.chunks.as_ref().map(|_| node.grid.chunk_shape())
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// The material of write node `node_idx`'s target.
