@@ -122,7 +122,11 @@ def source(tmp_path: Path) -> tuple[np.ndarray, Path]:
 
 
 def target_chunk_files(target: Path) -> list[Path]:
-    return [p for p in (target / "c").rglob("*") if p.is_file()] if target.exists() else []
+    """The chunk files of a target (a killed writer's temporaries are not chunks: they are
+    never read, and a resumed run removes them)."""
+    if not (target / "c").exists():
+        return []
+    return [p for p in (target / "c").rglob("*") if p.is_file() and ".partial-" not in p.name]
 
 
 def kill_midway(cli: Cli, args: list[str], target: Path) -> None:
