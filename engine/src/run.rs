@@ -402,16 +402,15 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     }
     drop(stand_ins);
     // Create targets and intermediates (validation has passed).
-    let job = opts.resume.then(|| {
-        format!(
-            "{}-{}",
-            job_fingerprint(&graph),
-            physical_fingerprint(&physical)
-        )
-    });
+    // A target belongs to the job (the plan over its sources); intermediates belong to one
+    // physical plan of it (budget and threads shape them), so their directory names both.
+    let job = opts.resume.then(|| job_fingerprint(&graph));
     let work_base = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_root = match &job {
-        Some(job) => work_base.join(format!("chunkfuse-job-{job}")),
+        Some(job) => work_base.join(format!(
+            "chunkfuse-job-{job}-{}",
+            physical_fingerprint(&physical)
+        )),
         None => work_base.join(format!(
             "chunkfuse-{}-{}",
             std::process::id(),
