@@ -2,13 +2,17 @@
 
     python bench/peers.py TOOL OP SRC DST [--threads N] [--chunks A,B,C] [--max-mem 1GB]
 
-TOOL: dask | numpy | tensorstore | cubed; OP: sum | rechunk | read. Prints one JSON object:
+TOOL: dask | numpy | tensorstore | cubed; OP: sum | rechunk | read | fft-lat | power-spectrum
+(the FFT ops: dask only). Prints one JSON object:
 ``{"seconds": compute seconds}`` (imports and opening excluded, writing the result included).
 
 sum      ``((x + 1) * 2).sum(axis=0)`` written to a Zarr v3 array at DST (zstd level 3).
 rechunk  ``x`` rechunked to ``--chunks`` and written to DST (Zarr v3, zstd level 3; zarr-python
          3's default ``ZstdCodec`` has level 0, which zstd treats as its default level 3).
 read     decode the whole array into memory (no compute, nothing written).
+fft-lat  ``abs(rfft(x, axis=1)).mean(axis=0)`` written to DST (dask.array.fft).
+power-spectrum  ``abs(rfft(x, axis=0)) ** 2`` written to DST in chunks ``--chunks`` (dask
+         needs the time axis in one chunk: ``x.rechunk(chunks)`` first).
 """
 
 from __future__ import annotations
@@ -61,6 +65,15 @@ def dask_op(op: str, src: str, dst: str, threads: int, chunks: tuple[int, ...]) 
             r = x.rechunk(chunks)
             target = zarr_target(dst, r.shape, chunks, r.dtype)
             da.store(r, target, lock=False)
+        elif op == "fft-lat":
+            m = abs(da.fft.rfft(x, axis=1)).mean(axis=0)
+            target = zarr_target(dst, m.shape, m.shape, m.dtype)
+            da.store(m, target, lock=False)
+        elif op == "power-spectrum":
+            p = abs(da.fft.rfft(x.rechunk(chunks), axis=0)) ** 2
+            out_chunks = (p.shape[0], *chunks[1:])
+            target = zarr_target(dst, p.shape, out_chunks, p.dtype)
+            da.store(p, target, lock=False)
         else:
             x.compute()
         return time.perf_counter() - start
@@ -163,7 +176,7 @@ def cubed_op(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tool", choices=["dask", "numpy", "tensorstore", "cubed"])
-    parser.add_argument("op", choices=["sum", "rechunk", "read"])
+    parser.add_argument("op", choices=["sum", "rechunk", "read", "fft-lat", "power-spectrum"])
     parser.add_argument("src")
     parser.add_argument("dst")
     parser.add_argument("--threads", type=int, default=2)

@@ -12,6 +12,7 @@ one chunk per step), warms the page cache, then times, best of --repeat:
   decode   chunkfuse bench decode (the read/decode floor)  vs  zarr-python and Dask reading all
   rechunk  chunkfuse rechunk to (256, 73, 144), zstd 3, --max-mem  vs  Dask rechunk + store
            (zstd 3), plus the codec floor `chunkfuse bench codec`
+  fft-lat, power-spectrum  chunkfuse's FFT plans vs dask.array.fft (bench/fft_report.py)
 and tensorstore where importable. Then, if cubed is importable, the Cubed section
 (bench/cubed_report.py): sum, mean, the xarray anomaly and the rechunk written by the same Cubed
 code with RustExecutor and with Cubed's threads executor, next to each op's codec floor. Every
@@ -642,7 +643,26 @@ def main(argv: list[str] | None = None) -> int:
         for tool, status in check_rechunk(rechunk_out, source).items():
             checks[("rechunk", tool)] = status
 
-        # (d) Cubed: RustExecutor vs Cubed's threads executor ------------------------------
+        # (d) FFTs: chunkfuse's FFT plans vs dask.array.fft ---------------------------------
+        if "fft" not in skip:
+            from fft_report import measure_fft
+
+            fft_rows, fft_checks = measure_fft(
+                measure,
+                binary,
+                source,
+                work,
+                nbytes,
+                threads,
+                args.max_mem,
+                args.repeat,
+                (args.time, *target_chunks[1:]),
+                "dask" in peers,
+            )
+            rows += fft_rows
+            checks.update(fft_checks)
+
+        # (e) Cubed: RustExecutor vs Cubed's threads executor ------------------------------
         if "cubed" not in skip and importlib.util.find_spec("cubed") is not None:
             from cubed_report import measure_cubed
 
