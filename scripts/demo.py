@@ -119,7 +119,25 @@ def main() -> int:
     report(f"chunkfuse rechunk to ({args.time}, 73, 144), zstd level 3", s)
     same = bool(np.array_equal(zarr.open_array(str(args.dir / "rechunked.zarr"))[:], x))
     print(f"    identical to the source: {same}\n")
-    return 0 if same else 1
+
+    for plan, title, reference in [
+        ("era5-fft-lat", "mean over time of |rfft along latitude| (721 = 7 x 103)",
+         lambda: np.abs(np.fft.rfft(x, axis=1)).mean(axis=0)),
+        ("era5-power-spectrum", "power spectrum along time, |rfft(x, axis=0)|^2",
+         lambda: np.abs(np.fft.rfft(x, axis=0)) ** 2),
+    ]:
+        out = args.dir / f"{plan}.zarr"
+        s = chunkfuse("run", str(ROOT / f"plans/{plan}.json"), "--param", f"source={src}",
+                      "--param", f"target={out}", *mm)
+        report(f"plans/{plan}.json: {title}", s)
+        want = reference()
+        err = float(np.abs(zarr.open_array(str(out))[:] - want).max() / np.abs(want).max())
+        print(f"    max error vs numpy.fft, relative to the peak: {err:.1e}\n")
+        same = same and err < 1e-5
+
+    print("examples/era5_fft.py (xarray + Cubed + RustExecutor):")
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "era5_fft.py")], check=False)
+    return 0 if same and done.returncode == 0 else 1
 
 
 if __name__ == "__main__":
