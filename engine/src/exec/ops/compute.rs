@@ -85,6 +85,26 @@ impl ComputeProcessor {
         })
     }
 
+    /// Encodes output chunks `chunks` of a plain copy straight from the decoded input chunks
+    /// (in parallel): one copy per value instead of two.
+    fn encode_from_chunks(&self, chunks: &[Vec<u64>]) -> Result<Vec<WriteOp>> {
+        let dtype = self.out.dtype();
+        let out = &self.out;
+        chunks
+            .par_iter()
+            .map(|idx| {
+                let values = self
+                    .assembler
+                    .copy_into(&out.grid().chunk_region(idx), dtype);
+                Ok(WriteOp {
+                    store: out.store().clone(),
+                    key: out.chunk_key(idx),
+                    value: out.encode_chunk(idx, &values)?,
+                })
+            })
+            .collect()
+    }
+
     /// Encodes output chunks `chunks` of the block (in parallel).
     fn encode(&self, values: &Buffer, chunks: &[Vec<u64>]) -> Result<Vec<WriteOp>> {
         let region = self.assembler.region();
@@ -130,13 +150,16 @@ impl Processor for ComputeProcessor {
             return Ok(Vec::new());
         }
         // Encode batches: their writes start while the next batch is encoded.
+        let k = batch - self.read_batches;
+        let start = (k * self.per_encode).min(self.chunks.len());
+        let end = (start + self.per_encode).min(self.chunks.len());
+        if self.assembler.keeps_chunks() {
+            return self.encode_from_chunks(&self.chunks[start..end]);
+        }
         let values = match self.values.take() {
             Some(v) => v,
             None => self.compute_values()?,
         };
-        let k = batch - self.read_batches;
-        let start = (k * self.per_encode).min(self.chunks.len());
-        let end = (start + self.per_encode).min(self.chunks.len());
         let writes = self.encode(&values, &self.chunks[start..end]);
         self.values = Some(values);
         writes
@@ -182,8 +205,14 @@ pub fn tasks(
             let plain = fused.plain_leaf(out.dtype()).is_some();
             let chunk_bytes =
                 out.grid().chunk_shape().iter().product::<u64>() * out.dtype().size() as u64;
+            // A plain copy keeps whole decoded chunks, which may reach past the block.
+            let leaf_bytes = if plain && fused.leaves.len() == 1 {
+                read.chunk_bytes(&arrays).max(read.leaf_bytes(&arrays))
+            } else {
+                read.leaf_bytes(&arrays)
+            };
             let memory = crate::optimize::stages::compute_task_bytes(
-                read.leaf_bytes(&arrays),
+                leaf_bytes,
                 out_bytes,
                 plain,
                 batch_bytes,
@@ -201,7 +230,11 @@ pub fn tasks(
                     arrays: arrays.clone(),
                     out: out.clone(),
                     chunks,
-                    assembler: Assembler::new(read),
+                    assembler: if plain && fused.leaves.len() == 1 {
+                        Assembler::new(read).keeping_chunks()
+                    } else {
+                        Assembler::new(read)
+                    },
                     read_batches,
                     per_encode,
                     values: None,

@@ -234,6 +234,10 @@ pub struct Assembler {
     bufs: Vec<Option<Buffer>>,
     /// Which FFT leaves' buffers hold their transform already.
     transformed: Vec<bool>,
+    /// With `Some`, the decoded chunks of the single leaf are kept as they are (with their
+    /// regions) instead of being copied into one buffer: plain copies take each output
+    /// chunk's values straight from them.
+    kept: Option<Vec<(Region, Buffer)>>,
 }
 
 impl Assembler {
@@ -247,7 +251,50 @@ impl Assembler {
             next: 0,
             bufs: (0..n).map(|_| None).collect(),
             transformed: vec![false; n],
+            kept: None,
         }
+    }
+
+    /// Keeps decoded chunks as they are (see [`copy_into`](Self::copy_into)); only for a
+    /// single untransformed leaf read through an identity view.
+    pub fn keeping_chunks(mut self) -> Self {
+        let single = self.read.leaves.len() == 1 && self.read.leaves[0].fft.is_none();
+        if single {
+            self.kept = Some(Vec::new());
+        }
+        self
+    }
+
+    /// True when decoded chunks are kept as they are.
+    pub fn keeps_chunks(&self) -> bool {
+        self.kept.is_some()
+    }
+
+    /// The values of `region` (in the leaf's coordinates) copied from the kept chunks into a
+    /// buffer of exactly that region; the kept chunk itself when it is the region.
+    pub fn copy_into(
+        &self,
+        region: &Region,
+        dtype: crate::array::DType,
+    ) -> std::borrow::Cow<'_, Buffer> {
+        let kept = self.kept.as_deref().unwrap_or(&[]);
+        if let Some((_, b)) = kept.iter().find(|(r, _)| r == region) {
+            return std::borrow::Cow::Borrowed(b);
+        }
+        let mut dest = Buffer::zeros(dtype, region.len() as usize);
+        for (r, b) in kept {
+            if let Some(overlap) = r.intersect(region) {
+                copy_region(
+                    b.bytes(),
+                    r,
+                    dest.bytes_mut(),
+                    region,
+                    &overlap,
+                    dtype.size(),
+                );
+            }
+        }
+        std::borrow::Cow::Owned(dest)
     }
 
     /// The region.
@@ -279,6 +326,10 @@ impl Assembler {
             let lr = &self.read.leaves[*l];
             let arr = &arrays[lr.mat];
             let chunk_region = arr.grid().chunk_region(idx);
+            if let Some(kept) = self.kept.as_mut() {
+                kept.push((chunk_region, buf));
+                continue;
+            }
             if chunk_region == lr.read_box && lr.chunks.len() == 1 {
                 self.bufs[*l] = Some(buf);
                 continue;
