@@ -314,6 +314,7 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| Arc::new(Progress::new(opts.progress)));
         // An eighth of the budget keeps freed chunk buffers for reuse; tasks get the rest.
+        crate::exec::memory::scale_allocator_to_budget(max_mem);
         let pool_bytes = (max_mem / 8).min(256 << 20);
         crate::array::pool::set_capacity(pool_bytes);
         let task_budget = max_mem - pool_bytes;

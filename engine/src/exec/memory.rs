@@ -177,15 +177,31 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
 
 /// Makes freed chunk buffers go back to the OS at once, so the process's resident memory
 /// follows the budget: glibc otherwise raises its mmap threshold after large frees and keeps
-/// later large buffers in per-thread heaps it rarely trims. Call once at start-up.
+/// later large buffers in per-thread heaps it rarely trims. Call once at start-up;
+/// [`scale_allocator_to_budget`] then relaxes it for the run's budget.
 pub fn configure_allocator() {
+    set_allocator_thresholds(128 * 1024);
+}
+
+/// Lets allocations up to 1/64 of the budget (128 KiB to 16 MiB) reuse freed heap memory
+/// instead of being mapped, faulted in and unmapped each time: encoded chunks and codec
+/// buffers are allocated and freed at a high rate, and that churn cost a third of the CPU time
+/// of large rechunks in the kernel. What the heap may keep stays a small share of the budget.
+pub fn scale_allocator_to_budget(max_mem: u64) {
+    let threshold = (max_mem / 64).clamp(128 * 1024, 16 << 20);
+    set_allocator_thresholds(threshold as i32);
+}
+
+fn set_allocator_thresholds(bytes: i32) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning parameters; it is called before the
-    // engine starts threads that allocate large buffers.
+    // SAFETY: mallopt only changes allocator tuning parameters, which glibc reads under its
+    // own locks; any value is valid.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, bytes.saturating_mul(2));
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
 }
 
 #[cfg(test)]
