@@ -360,8 +360,8 @@ impl<T: Copy> SharedOut<T> {
     }
 }
 
-/// Runs `lane_op` on every group of lanes in parallel. It gets the group's work buffer (`n`
-/// values per lane, zeroed past the input), the rustfft scratch, and where to write.
+/// Transforms every lane, groups of lanes in parallel: each group's lanes are gathered
+/// through `load` (zero-padded to `n`), transformed, and scattered to `out` through `store`.
 fn for_each_group<T, I, O>(
     input: &[I],
     lanes: &Lanes,

@@ -24,7 +24,7 @@ pub fn input_region(steps: &[FftStep], in_shape: &[u64], out: &Region) -> Region
 /// Bytes an FFT task holds for output region `out`: its leaf buffers and reads in flight,
 /// the input cast to the compute dtype, the kernel's blocks before and after each step
 /// (complex), and the encoded output.
-pub fn task_bytes(
+fn task_bytes(
     steps: &[FftStep],
     in_shape: &[u64],
     out: &Region,
@@ -81,7 +81,9 @@ fn spill_chunks(spec: &FftSpec, input: &Fused, chunks: &[u64], limit: u64) -> Ve
             .filter(|&d| d != axis)
             .map(|d| {
                 let (a, b) = (in_chunks[d].max(1), mid[d]);
-                (a * b / gcd(a, b)).min(input.shape[d]).max(1)
+                (a * b / super::rechunk::gcd(a, b))
+                    .min(input.shape[d])
+                    .max(1)
             })
             .product();
         let itemsize = input.dtype().size() as u64;
@@ -92,14 +94,6 @@ fn spill_chunks(spec: &FftSpec, input: &Fused, chunks: &[u64], limit: u64) -> Ve
         mid[axis] = steps.min(input.shape[axis]).max(1);
     }
     mid
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
 }
 
 /// Output chunk shape: the node's (transformed axes whole), its other axes halved, largest

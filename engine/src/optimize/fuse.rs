@@ -56,25 +56,24 @@ pub struct Fused {
 impl Fused {
     /// A materialized array as a fused value (one leaf, identity view).
     pub fn material(mat: MatId, shape: &[u64], dtype: DType, grid: ChunkGrid) -> Fused {
-        Fused {
-            program: Program {
-                insts: vec![Inst::Load { leaf: 0, dtype }],
-            },
-            leaves: vec![Leaf {
-                mat,
-                view: View::identity(shape.len()),
-                dtype,
-                fft: None,
-            }],
-            shape: shape.to_vec(),
-            grid,
-        }
+        Fused::single_leaf(mat, shape.to_vec(), dtype, None, grid)
     }
 
     /// The FFT `fft` of material `mat` as a fused value of dtype `dtype`, computed where it
     /// is consumed, region by region of `grid` (whose transformed axes are whole).
     pub fn fft(mat: MatId, fft: LeafFft, dtype: DType, grid: ChunkGrid) -> Fused {
         let shape = fft.shape.clone();
+        Fused::single_leaf(mat, shape, dtype, Some(Arc::new(fft)), grid)
+    }
+
+    /// One leaf of material `mat` read through the identity view.
+    fn single_leaf(
+        mat: MatId,
+        shape: Vec<u64>,
+        dtype: DType,
+        fft: Option<Arc<LeafFft>>,
+        grid: ChunkGrid,
+    ) -> Fused {
         Fused {
             program: Program {
                 insts: vec![Inst::Load { leaf: 0, dtype }],
@@ -83,7 +82,7 @@ impl Fused {
                 mat,
                 view: View::identity(shape.len()),
                 dtype,
-                fft: Some(Arc::new(fft)),
+                fft,
             }],
             shape,
             grid,

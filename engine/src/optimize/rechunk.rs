@@ -4,7 +4,8 @@
 
 use crate::array::{AxisChunks, ChunkGrid};
 
-fn gcd(a: u64, b: u64) -> u64 {
+/// Greatest common divisor.
+pub(crate) fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
     } else {

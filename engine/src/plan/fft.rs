@@ -30,15 +30,6 @@ impl FftSpec {
     pub fn axes(&self) -> Vec<usize> {
         self.steps.iter().map(|s| s.axis).collect()
     }
-
-    /// How many input values along `axis` the transform reads (the rest is cropped), or
-    /// `None` when the axis is not transformed.
-    pub fn input_extent(&self, axis: usize, len: u64) -> Option<u64> {
-        self.steps
-            .iter()
-            .find(|s| s.axis == axis)
-            .map(|s| len.min(s.kind.in_len(s.n) as u64))
-    }
 }
 
 /// The single or double precision an FFT of `dtype` computes in, as numpy 2: float32 and

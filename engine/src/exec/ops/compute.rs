@@ -206,7 +206,8 @@ pub fn tasks(
             let chunk_bytes =
                 out.grid().chunk_shape().iter().product::<u64>() * out.dtype().size() as u64;
             // A plain copy keeps whole decoded chunks, which may reach past the block.
-            let leaf_bytes = if plain && fused.leaves.len() == 1 {
+            let keep_chunks = plain && fused.leaves.len() == 1;
+            let leaf_bytes = if keep_chunks {
                 read.chunk_bytes(&arrays).max(read.leaf_bytes(&arrays))
             } else {
                 read.leaf_bytes(&arrays)
@@ -230,7 +231,7 @@ pub fn tasks(
                     arrays: arrays.clone(),
                     out: out.clone(),
                     chunks,
-                    assembler: if plain && fused.leaves.len() == 1 {
+                    assembler: if keep_chunks {
                         Assembler::new(read).keeping_chunks()
                     } else {
                         Assembler::new(read)
