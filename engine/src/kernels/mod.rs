@@ -1,5 +1,6 @@
 //! Compute kernels: fused elementwise programs over tiles, and streaming reductions.
 
+pub mod fast32;
 pub mod fft;
 pub mod ops;
 pub mod program;
@@ -7,6 +8,6 @@ pub mod reduce;
 pub mod region;
 pub mod work;
 
-pub use program::{Inst, Program};
+pub use program::{Inst, Program, Registers};
 pub use reduce::Accumulator;
 pub use region::{drive, eval_into, LeafInput};

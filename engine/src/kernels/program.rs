@@ -1,5 +1,6 @@
 //! A fused elementwise expression compiled to a register program, evaluated tile by tile.
 
+use super::fast32::Fast32;
 use super::ops;
 use super::work::{cast, fill_const, load, Reg, Strided};
 use crate::array::{Buffer, DType};
@@ -99,9 +100,11 @@ impl Program {
         self.insts.len() - 1
     }
 
-    /// Registers sized for one tile, constants filled.
-    pub fn registers(&self) -> Vec<Reg> {
-        self.insts
+    /// Registers sized for one tile, constants filled, and the single-precision form of the
+    /// program when it has one.
+    pub fn registers(&self) -> Registers {
+        let regs = self
+            .insts
             .iter()
             .map(|inst| {
                 let mut r = Reg::for_dtype(inst.dtype());
@@ -110,12 +113,34 @@ impl Program {
                 }
                 r
             })
-            .collect()
+            .collect();
+        let fast32 = Fast32::compile(&self.insts).map(|f| {
+            let scratch = f.scratch();
+            (f, scratch)
+        });
+        Registers { regs, fast32 }
     }
 
     /// Evaluates `n` values (n ≤ TILE); `leaves[i]` gives leaf i's buffer and where the tile's
-    /// values lie in it. Returns the index of the result register in `regs`.
+    /// values lie in it. Returns the index of the result register in `regs.regs`.
     pub fn eval_tile(
+        &self,
+        regs: &mut Registers,
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+    ) -> Result<usize> {
+        let last = self.insts.len() - 1;
+        if let (Some((fast, scratch)), Some(Reg::F(out))) =
+            (regs.fast32.as_mut(), regs.regs.get_mut(last))
+        {
+            fast.eval(scratch, leaves, n, out)?;
+            return Ok(last);
+        }
+        self.eval_general(&mut regs.regs, leaves, n)
+    }
+
+    /// [`Program::eval_tile`] by the general evaluator: every float in f64.
+    pub fn eval_general(
         &self,
         regs: &mut [Reg],
         leaves: &[(&Buffer, Strided)],
@@ -141,4 +166,13 @@ impl Program {
         }
         Ok(self.insts.len() - 1)
     }
+}
+
+/// A program's working registers for one tile.
+#[derive(Debug)]
+pub struct Registers {
+    /// One register per instruction.
+    pub regs: Vec<Reg>,
+    /// The single-precision form of the program and its scratch slots, when it has one.
+    fast32: Option<(Fast32, Vec<Vec<f32>>)>,
 }

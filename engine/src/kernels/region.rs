@@ -4,7 +4,7 @@
 //! (0 on broadcast axes). Adjacent axes that are contiguous for every operand merge into one,
 //! so a chunk of a plain array is one long run split into cache-sized tiles.
 
-use super::program::Program;
+use super::program::{Program, Registers};
 use super::work::{Reg, Strided, TILE};
 use crate::array::Buffer;
 use crate::error::Result;
@@ -38,7 +38,7 @@ pub struct TileTarget<'a> {
 /// can tell where each value lies (arg-reductions need this).
 pub fn drive(
     prog: &Program,
-    regs: &mut [Reg],
+    regs: &mut Registers,
     leaves: &[LeafInput],
     shape: &[u64],
     sink_strides: &[usize],
@@ -129,7 +129,7 @@ pub fn drive(
                 stride: inner_strides[n_ops - 1],
                 index: if merge { &[] } else { &idx },
             };
-            sink(&regs[r], n, target)?;
+            sink(&regs.regs[r], n, target)?;
             t += n;
         }
         idx[rank - 1] = 0;
