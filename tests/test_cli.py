@@ -245,3 +245,36 @@ def test_output_readable_while_source_is_v2_group_sibling(
     run_plan(plan, {})
     assert_same_array(read_zarr(tmp_path / "g.zarr" / "b"), data + 1)
     assert_same_array(read_zarr(tmp_path / "g.zarr" / "a"), data)
+
+
+@pytest.mark.parametrize("func", ["mean", "nanmean"])
+def test_a_small_array_every_task_reads_is_decoded_once(
+    run_plan: RunPlan, tmp_path: Path, func: str
+) -> None:
+    """The anomaly's time mean is read by every time step's task: it is loaded once and
+    shared, so the run decodes the source twice (mean, anomaly) and the mean once."""
+    data = smooth((24, 10, 12))
+    data[3, 2, 5] = np.nan
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (1, 5, 12))
+    target = tmp_path / "out.zarr"
+    plan = {
+        "name": "shared-mean",
+        "arrays": [{"id": "x", "zarr": str(src)}],
+        "ops": [
+            {"id": "m", "op": "reduce", "input": "x", "func": func, "axes": [0], "keepdims": True},
+            {
+                "id": "a",
+                "op": "elementwise",
+                "inputs": ["x", "m"],
+                "expr": {"op": "subtract", "args": [{"input": 0}, {"input": 1}]},
+            },
+            {"id": "out", "op": "write", "input": "a", "target": str(target)},
+        ],
+    }
+    summary = run_plan(plan, {}, max_mem="64MB", threads=2)
+    mean_bytes = data[:1].nbytes
+    assert summary["decoded_bytes"] == 2 * data.nbytes + mean_bytes, summary
+    reference = getattr(np, func)(data.astype(np.float64), axis=0, keepdims=True)
+    want = data - reference.astype(np.float32)
+    assert_same_array(read_zarr(target), want)

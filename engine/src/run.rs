@@ -14,7 +14,7 @@ use crate::array::buffer::copy_region;
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::{Error, Result, ResultExt};
 use crate::exec::ops::{compute, reduce};
-use crate::exec::{Budget, Progress, Scheduler};
+use crate::exec::{resident, Budget, Progress, Scheduler};
 use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
 use crate::plan::graph::Graph;
 use crate::plan::{ArrayDecl, Op, OpDecl, Plan, WriteSpec};
@@ -224,6 +224,12 @@ fn physical_fingerprint(physical: &stages::PhysicalPlan) -> String {
 }
 
 /// The output material of a stage whose tasks a resumed run may skip.
+fn stage_input(stage: &Stage) -> &crate::optimize::fuse::Fused {
+    match stage {
+        Stage::Compute { input, .. } | Stage::Reduce { input, .. } => input,
+    }
+}
+
 fn stage_output(stage: &Stage) -> Option<usize> {
     match stage {
         Stage::Compute { out, .. } => Some(*out),
@@ -441,6 +447,17 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
         let (mut name, mut tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
+        // Small arrays that the stage's tasks would each read again are loaded once and
+        // shared; the stage's tasks must still fit beside them.
+        let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
+        let share_limit = (task_budget / 8).min(task_budget.saturating_sub(largest));
+        let mats = resident::worth_sharing(stage_input(stage), &arrays, share_limit);
+        let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit);
+        if !load.is_empty() && engine.check_fits(&load).is_ok() {
+            progress.add_tasks(load.len() as u64);
+            engine.scheduler.run(load)?;
+            (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
+        }
         if let Some(out) = stage_output(stage).filter(|&o| resumed[o]) {
             let total = tasks.len();
             let done = skip_done(&mut tasks, &arrays[out])?;

@@ -3,6 +3,7 @@
 pub mod memory;
 pub mod ops;
 pub mod progress;
+pub mod resident;
 pub mod scheduler;
 pub mod task;
 

@@ -248,6 +248,15 @@ impl Accumulator {
                 All | Min | NanMin => fold!(acc, v, |a: bool, x: bool| a & x),
                 _ => return Err(Error::internal("bool fold")),
             },
+            (State::NanMeanF(sum, count), Reg::F(v)) if at.stride == 1 => {
+                // Branch-free, so the loop vectorizes.
+                let lanes = sum[o..o + n].iter_mut().zip(&mut count[o..o + n]);
+                for ((s, c), x) in lanes.zip(&v[..n]) {
+                    let seen = !x.is_nan();
+                    *s += if seen { *x } else { 0.0 };
+                    *c += seen as u64;
+                }
+            }
             (State::NanMeanF(sum, count), Reg::F(v)) => {
                 for (k, x) in v[..n].iter().enumerate() {
                     if !x.is_nan() {

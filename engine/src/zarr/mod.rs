@@ -37,6 +37,8 @@ pub struct ZarrArray {
     options: CodecOptions,
     fast: Option<FastCodec>,
     fast_encode: Option<ZstdParams>,
+    /// Every value of the array, decoded, while a stage shares it among its tasks.
+    resident: std::sync::Mutex<Option<Arc<Buffer>>>,
 }
 
 /// zstd settings of a chunk format the engine encodes itself (see `detect_fast_encode`).
@@ -261,6 +263,7 @@ impl ZarrArray {
             options: codec_options(),
             fast,
             fast_encode,
+            resident: std::sync::Mutex::new(None),
         })
     }
 
@@ -298,6 +301,19 @@ impl ZarrArray {
     /// The storage chunk grid (shards for sharded arrays).
     pub fn grid(&self) -> &ChunkGrid {
         &self.grid
+    }
+
+    /// The array's values held in memory for the running stage (C order, whole array), if any
+    /// (see `exec::resident`).
+    pub fn resident(&self) -> Option<Arc<Buffer>> {
+        self.resident.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Holds the array's values in memory for its readers, or with `None` lets them go.
+    pub fn set_resident(&self, values: Option<Arc<Buffer>>) {
+        if let Ok(mut r) = self.resident.lock() {
+            *r = values;
+        }
     }
 
     /// The fill value's native-endian bytes.

@@ -73,7 +73,7 @@ impl ComputeProcessor {
             Some(l) => {
                 self.assembler.leaf_inputs(&self.arrays)?;
                 self.assembler
-                    .take_leaf(l)
+                    .take_leaf(l, &self.arrays)
                     .unwrap_or_else(|| Buffer::zeros(dtype, region.len() as usize))
             }
             None => {

@@ -38,6 +38,11 @@ pub struct LeafRead {
     pub strides: Vec<usize>,
     /// The FFT the leaf's values are, if any.
     pub fft: Option<Arc<LeafFft>>,
+    /// The whole material, when the stage shares it in memory (nothing is read then;
+    /// `strides` and `offset` address this buffer instead of the box).
+    pub resident: Option<Arc<Buffer>>,
+    /// Element offset of the box's origin in `resident`.
+    pub offset: usize,
 }
 
 impl LeafRead {
@@ -92,14 +97,27 @@ impl RegionRead {
                     Some(f) => input_region(&f.steps, &arr.shape(), &bbox),
                     None => bbox.clone(),
                 };
-                let bs = c_strides(&bbox.shape);
+                let resident = if leaf.fft.is_none() {
+                    arr.resident()
+                } else {
+                    None
+                };
+                // A shared material is addressed whole, a box buffer from its origin.
+                let (bs, offset) = match &resident {
+                    Some(_) => {
+                        let full = c_strides(&arr.shape());
+                        let origin: u64 = bbox.start.iter().zip(&full).map(|(i, s)| i * s).sum();
+                        (full, origin as usize)
+                    }
+                    None => (c_strides(&bbox.shape), 0),
+                };
                 let mut strides = vec![0usize; region.rank()];
                 for (j, a) in leaf.view.axes.iter().enumerate() {
                     if let ViewAxis::Mapped { out_axis, step, .. } = *a {
                         strides[out_axis] += (bs[j] * step) as usize;
                     }
                 }
-                let chunks = if bbox.is_empty() || read_box.is_empty() {
+                let chunks = if bbox.is_empty() || read_box.is_empty() || resident.is_some() {
                     Vec::new()
                 } else {
                     arr.grid().chunks_overlapping(&read_box)
@@ -111,6 +129,8 @@ impl RegionRead {
                     chunks,
                     strides,
                     fft: leaf.fft.clone(),
+                    resident,
+                    offset,
                 }
             })
             .collect();
@@ -144,10 +164,12 @@ impl RegionRead {
     }
 
     /// Decoded bytes of the leaf boxes; for FFT leaves, the material read plus the kernel's
-    /// complex blocks before and after each step.
+    /// complex blocks before and after each step. Shared materials count nothing here (the
+    /// stage holds them).
     pub fn leaf_bytes(&self, arrays: &[Arc<ZarrArray>]) -> u64 {
         self.leaves
             .iter()
+            .filter(|l| l.resident.is_none())
             .map(|l| {
                 let read = l.read_box.len() * arrays[l.mat].dtype().size() as u64;
                 match &l.fft {
@@ -355,6 +377,9 @@ impl Assembler {
     pub fn leaf_inputs(&mut self, arrays: &[Arc<ZarrArray>]) -> Result<Vec<LeafInput<'_>>> {
         for (l, b) in self.bufs.iter_mut().enumerate() {
             let lr = &self.read.leaves[l];
+            if lr.resident.is_some() {
+                continue;
+            }
             if b.is_none() {
                 *b = Some(Buffer::zeros(
                     arrays[lr.mat].dtype(),
@@ -373,17 +398,35 @@ impl Assembler {
             .iter()
             .zip(&self.read.leaves)
             .filter_map(|(b, lr)| {
-                b.as_ref().map(|buf| LeafInput {
+                lr.resident.as_deref().or(b.as_ref()).map(|buf| LeafInput {
                     buf,
-                    offset: 0,
+                    offset: lr.offset,
                     strides: lr.strides.clone(),
                 })
             })
             .collect())
     }
 
-    /// Takes leaf `l`'s buffer (for plain copies).
-    pub fn take_leaf(&mut self, l: usize) -> Option<Buffer> {
+    /// Takes leaf `l`'s buffer (for plain copies); a shared material's box is copied out.
+    pub fn take_leaf(&mut self, l: usize, arrays: &[Arc<ZarrArray>]) -> Option<Buffer> {
+        let lr = self.read.leaves.get(l)?;
+        if let Some(whole) = &lr.resident {
+            let arr = &arrays[lr.mat];
+            let full = Region {
+                start: vec![0; lr.bbox.rank()],
+                shape: arr.shape(),
+            };
+            let mut out = Buffer::zeros(arr.dtype(), lr.bbox.len() as usize);
+            copy_region(
+                whole.bytes(),
+                &full,
+                out.bytes_mut(),
+                &lr.bbox,
+                &lr.bbox,
+                arr.dtype().size(),
+            );
+            return Some(out);
+        }
         self.bufs.get_mut(l).and_then(|b| b.take())
     }
 }
