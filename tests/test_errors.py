@@ -33,13 +33,15 @@ RunPlan = Callable[..., dict[str, Any]]
 ARRAY_ID = "temperature_in"
 
 
-def make_source(tmp_path: Path, fmt: str, name: str = "src.zarr") -> tuple[Path, np.ndarray]:
+def make_source(
+    tmp_path: Path, fmt: str, name: str = "src.zarr", codec: str = "zstd"
+) -> tuple[Path, np.ndarray]:
     data = np.arange(16 * 8 * 6, dtype=np.float32).reshape(16, 8, 6) * 0.5
     src = tmp_path / name
     if fmt == "v2":
-        write_v2(src, data, (1, 8, 6), compressor="zstd")
+        write_v2(src, data, (1, 8, 6), compressor=codec)
     else:
-        write_v3(src, data, (1, 8, 6), codec="zstd")
+        write_v3(src, data, (1, 8, 6), codec=codec)
     return src, data
 
 
@@ -79,10 +81,13 @@ def assert_names_chunk(stderr: str, src: Path, key: str) -> None:
     assert str(src) in stderr, f"stderr does not name the store {src}:\n{stderr}"
 
 
+@pytest.mark.parametrize("codec", ["zstd", "none"])
 @pytest.mark.parametrize("fmt", ["v3", "v2"])
 @pytest.mark.parametrize("how", ["garbage", "truncated"])
-def test_corrupt_chunk_elementwise(run_plan: RunPlan, tmp_path: Path, how: str, fmt: str) -> None:
-    src, _ = make_source(tmp_path, fmt)
+def test_corrupt_chunk_elementwise(
+    run_plan: RunPlan, tmp_path: Path, how: str, fmt: str, codec: str
+) -> None:
+    src, _ = make_source(tmp_path, fmt, codec=codec)
     path, key = chunk_path(src, fmt, (13, 0, 0))
     damage(path, how)
     target = tmp_path / "out.zarr"

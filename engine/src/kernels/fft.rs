@@ -351,12 +351,18 @@ unsafe impl<T: Send> Send for SharedOut<T> {}
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 
 impl<T: Copy> SharedOut<T> {
-    /// Writes `value` at `index`.
+    /// Writes `values` from `index` on (one vector copy rather than element stores).
     ///
     /// # Safety
-    /// `index` is in bounds and no other thread writes it.
-    unsafe fn write(self, index: usize, value: T) {
-        *self.0.add(index) = value;
+    /// `index..index + values.len()` is in bounds and no other thread writes it.
+    unsafe fn write_row(self, index: usize, values: &[T]) {
+        match <&[T; GROUP]>::try_from(values) {
+            // A whole group: a fixed-size copy, inlined as vector moves.
+            Ok(whole) => self.0.add(index).cast::<[T; GROUP]>().write(*whole),
+            Err(_) => {
+                std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.add(index), values.len())
+            }
+        }
     }
 }
 
@@ -421,11 +427,9 @@ fn for_each_group<T, I, O>(
                 }
                 for (kk, t) in tile.iter().enumerate().take(kn) {
                     let row = (o * out_len + kb + kk) * inner + i0;
-                    for (j, value) in t[..count].iter().enumerate() {
-                        // SAFETY: `row + j` is lane (o, i0 + j) at position kb + kk: in bounds,
-                        // and only this group writes lane (o, i0 + j).
-                        unsafe { shared.write(row + j, *value) };
-                    }
+                    // SAFETY: `row..row + count` are lanes (o, i0..i0 + count) at position
+                    // kb + kk: in bounds, and only this group writes those lanes.
+                    unsafe { shared.write_row(row, &t[..count]) };
                 }
             }
         },
@@ -504,11 +508,9 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
                 }
                 for (kk, t) in tile.iter().enumerate().take(kn) {
                     let row = (o * out_len + kb + kk) * inner + i0;
-                    for (j, value) in t[..count].iter().enumerate() {
-                        // SAFETY: `row + j` is lane (o, i0 + j) at position kb + kk: in bounds,
-                        // and only this group writes lane (o, i0 + j).
-                        unsafe { shared.write(row + j, *value) };
-                    }
+                    // SAFETY: `row..row + count` are lanes (o, i0..i0 + count) at position
+                    // kb + kk: in bounds, and only this group writes those lanes.
+                    unsafe { shared.write_row(row, &t[..count]) };
                 }
             }
         },

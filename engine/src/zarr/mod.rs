@@ -104,6 +104,8 @@ fn zstd_encode(src: &[u8], params: ZstdParams) -> std::result::Result<Vec<u8>, S
 enum FastCodec {
     /// Little-endian bytes compressed with zstd (v3 `bytes` + `zstd`, v2 `zstd` in C order).
     Zstd,
+    /// Little-endian bytes, uncompressed (v3 `bytes` alone, v2 without compressor in C order).
+    Raw,
 }
 
 fn detect_fast_codec(raw: &serde_json::Value) -> Option<FastCodec> {
@@ -115,22 +117,28 @@ fn detect_fast_codec(raw: &serde_json::Value) -> Option<FastCodec> {
             .get("filters")
             .is_none_or(|f| f.is_null() || f.as_array().is_some_and(|a| a.is_empty()));
         let c_order = raw.get("order").and_then(|o| o.as_str()) != Some("F");
-        let zstd = raw.get("compressor")?.get("id")?.as_str()? == "zstd";
-        return (little && no_filters && c_order && zstd).then_some(FastCodec::Zstd);
+        let fast = match raw.get("compressor")? {
+            serde_json::Value::Null => FastCodec::Raw,
+            c if c.get("id")?.as_str()? == "zstd" => FastCodec::Zstd,
+            _ => return None,
+        };
+        return (little && no_filters && c_order && cfg!(target_endian = "little")).then_some(fast);
     }
     let codecs = raw.get("codecs")?.as_array()?;
-    if codecs.len() != 2
-        || name(&codecs[0]).as_deref() != Some("bytes")
-        || name(&codecs[1]).as_deref() != Some("zstd")
-    {
+    if name(codecs.first()?).as_deref() != Some("bytes") {
         return None;
     }
+    let fast = match codecs.get(1).map(name) {
+        None => FastCodec::Raw,
+        Some(Some(n)) if n == "zstd" && codecs.len() == 2 => FastCodec::Zstd,
+        _ => return None,
+    };
     let endian = codecs[0]
         .get("configuration")
         .and_then(|c| c.get("endian"))
         .and_then(|e| e.as_str())
         .unwrap_or("little");
-    (endian == "little" && cfg!(target_endian = "little")).then_some(FastCodec::Zstd)
+    (endian == "little" && cfg!(target_endian = "little")).then_some(fast)
 }
 
 thread_local! {
@@ -359,11 +367,21 @@ impl ZarrArray {
                 .with_chunk_key(&key)
                 .with_store(&self.url)
         };
+        let len = encoded_shape.iter().product::<u64>() as usize * self.dtype.size();
         if self.fast == Some(FastCodec::Zstd) {
-            let len = encoded_shape.iter().product::<u64>() as usize * self.dtype.size();
             let out = zstd_decode(&bytes, len).map_err(corrupt);
             bytes.recycle();
             let full = Buffer::from_bytes(self.dtype, out?)?;
+            return self.crop(full, &region, encoded_shape);
+        }
+        if self.fast == Some(FastCodec::Raw) {
+            if bytes.len() != len {
+                let msg = format!("{} bytes stored, the chunk needs {len}", bytes.len());
+                bytes.recycle();
+                return Err(corrupt(msg));
+            }
+            // The bytes read are the values: no copy when they were read into memory.
+            let full = Buffer::from_bytes(self.dtype, bytes.into_vec())?;
             return self.crop(full, &region, encoded_shape);
         }
         let decoded = self
@@ -408,6 +426,21 @@ impl ZarrArray {
         Ok(out)
     }
 
+    /// [`encode_chunk`](Self::encode_chunk) of a buffer the caller gives up: uncompressed
+    /// chunks are the buffer's own bytes, not a copy.
+    pub fn encode_chunk_owned(&self, idx: &[u64], data: Buffer) -> Result<Option<Vec<u8>>> {
+        let region = self.grid.chunk_region(idx);
+        let whole = data.len() as u64 == region.len() && data.dtype() == self.dtype;
+        if self.fast == Some(FastCodec::Raw)
+            && whole
+            && self.encoded_chunk_shape(idx)? == region.shape
+            && !data.all_equal(&self.fill)
+        {
+            return Ok(Some(data.into_bytes()));
+        }
+        self.encode_chunk(idx, &data)
+    }
+
     /// Encodes `data`, which covers exactly chunk `idx`'s region. Returns `None` when every
     /// element equals the fill value (such chunks are not stored, as zarr-python does).
     pub fn encode_chunk(&self, idx: &[u64], data: &Buffer) -> Result<Option<Vec<u8>>> {
@@ -445,6 +478,11 @@ impl ZarrArray {
             padded_storage = p;
             padded_storage.bytes()
         };
+        if self.fast == Some(FastCodec::Raw) {
+            let mut out = crate::array::pool::take(bytes.len());
+            out.extend_from_slice(bytes);
+            return Ok(Some(out));
+        }
         if let Some(params) = self.fast_encode {
             return zstd_encode(bytes, params).map(Some).map_err(|e| {
                 Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))

@@ -96,10 +96,14 @@ impl ComputeProcessor {
                 let values = self
                     .assembler
                     .copy_into(&out.grid().chunk_region(idx), dtype);
+                let value = match values {
+                    std::borrow::Cow::Owned(b) => out.encode_chunk_owned(idx, b)?,
+                    std::borrow::Cow::Borrowed(b) => out.encode_chunk(idx, b)?,
+                };
                 Ok(WriteOp {
                     store: out.store().clone(),
                     key: out.chunk_key(idx),
-                    value: out.encode_chunk(idx, &values)?,
+                    value,
                 })
             })
             .collect()
@@ -126,7 +130,7 @@ impl ComputeProcessor {
                         &chunk_region,
                         dtype.size(),
                     );
-                    out.encode_chunk(idx, &c)?
+                    out.encode_chunk_owned(idx, c)?
                 };
                 Ok(WriteOp {
                     store: out.store().clone(),
