@@ -13,7 +13,7 @@ BIN := target/release/chunkfuse
 export CHUNKFUSE_BIN := $(CURDIR)/$(BIN)
 export CHUNKFUSE_ZARR2_PYTHON := $(CURDIR)/$(ZARR2_VENV)/bin/python
 
-.PHONY: all build develop venv graphviz test test-rust test-python test-cubed lint fmt demo bench clean
+.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean
 
 all: develop
 
@@ -65,7 +65,15 @@ test-cubed: develop graphviz
 	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed.tests -W error::UserWarning
 	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed_xarray.tests
 
-test: develop test-rust test-python test-cubed
+# Dask's own array tests, with chunkfuse.dask.get as every scheduler they name.
+DASK_SUITE := PYTHONPATH=$(CURDIR)/tests/dask_suite $(CURDIR)/$(PY) -m pytest \
+	-c $(CURDIR)/tests/dask_suite/pytest.ini -p dask_chunkfuse_plugin -p no:cacheprovider -q -rfE
+DASK_MODULES := test_array_core test_reductions test_rechunk test_fft test_ufunc test_routines \
+	test_slicing
+test-dask: develop
+	cd "$$(mktemp -d)" && $(DASK_SUITE) --pyargs $(addprefix dask.array.tests.,$(DASK_MODULES))
+
+test: develop test-rust test-python test-cubed test-dask
 
 demo: develop
 	$(PY) scripts/demo.py

@@ -19,7 +19,13 @@ SMALL_ARGS: dict[str, list[str]] = {
     "cubed_quickstart": ["--size", "200"],
     "xarray_cubed": ["--time", "12", "--lat", "19", "--lon", "36"],
     "era5_fft": ["--time", "12", "--lat", "37", "--lon", "24"],
+    "dask_quickstart": ["--time", "12", "--lat", "19", "--lon", "36"],
 }
+
+#: Examples whose every task must run in the engine (they print "Python tasks N"). The Dask
+#: example is not among them yet: chunkfuse.dask.get runs Dask's tasks in Python until it
+#: recognises them (issue 5).
+NATIVE_ONLY = {"cubed_quickstart", "xarray_cubed", "era5_fft"}
 
 
 def test_examples_exist() -> None:
@@ -36,4 +42,5 @@ def test_example_runs(path: Path) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Python tasks 0" in done.stdout, done.stdout
+    if path.stem in NATIVE_ONLY:
+        assert "Python tasks 0" in done.stdout, done.stdout

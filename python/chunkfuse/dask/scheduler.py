@@ -1,0 +1,164 @@
+"""The get function: Dask's graph, culled and ordered, run by worker threads that pull tasks."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dask.callbacks import local_callbacks, unpack_callbacks
+from dask.core import flatten
+from dask.local import finish_task, start_state_from_dask
+from dask.order import order
+
+from .graph import as_task_graph, check_keys
+
+
+@dataclass
+class GetStats:
+    """What one ``get`` call ran: tasks in all, and the keys of any that failed."""
+
+    tasks: int = 0
+    python_tasks: int = 0
+    failed: list[Hashable] = field(default_factory=list)
+
+
+_last = threading.local()
+
+
+def last_stats() -> GetStats | None:
+    """Statistics of this thread's most recent ``get`` call."""
+    return getattr(_last, "stats", None)
+
+
+def _nested(keys: Any, cache: Mapping[Hashable, Any]) -> Any:
+    """``keys``' values, lists turned into tuples (Dask's ``nested_get``)."""
+    if isinstance(keys, list):
+        return tuple(_nested(k, cache) for k in keys)
+    return cache[keys]
+
+
+class _Run:
+    """Shared state of one ``get`` call: Dask's scheduler state dict, guarded by one lock."""
+
+    def __init__(
+        self,
+        dsk: Mapping[Hashable, Any],
+        state: dict[str, Any],
+        wanted: set[Any],
+        keyorder: Callable[[Hashable], Any],
+        callbacks: tuple[list[Any], list[Any]],
+        stats: GetStats,
+    ) -> None:
+        self.dsk = dsk
+        self.state = state
+        self.wanted = wanted
+        self.keyorder = keyorder
+        self.pretask, self.posttask = callbacks
+        self.stats = stats
+        self.cond = threading.Condition()
+        self.error: tuple[Hashable, BaseException] | None = None
+
+    def done(self) -> bool:
+        s = self.state
+        return not (s["waiting"] or s["ready"] or s["running"])
+
+    def work(self, worker_id: int) -> None:
+        """Runs ready tasks until the graph is done or a task failed."""
+        s = self.state
+        cond = self.cond
+        while True:
+            with cond:
+                while not s["ready"] and not self.done() and self.error is None:
+                    cond.wait()
+                if self.error is not None or not s["ready"]:
+                    cond.notify_all()
+                    return
+                key = s["ready"].pop()
+                s["running"].add(key)
+                for f in self.pretask:
+                    f(key, self.dsk, s)
+                node = self.dsk[key]
+                data = {dep: s["cache"][dep] for dep in s["dependencies"][key]}
+            try:
+                result = node(data)
+            except BaseException as e:  # noqa: BLE001 - re-raised unchanged by get()
+                with cond:
+                    if self.error is None:
+                        self.error = (key, e)
+                    self.stats.failed.append(key)
+                    cond.notify_all()
+                return
+            with cond:
+                s["cache"][key] = result
+                before = len(s["ready"])
+                finish_task(self.dsk, key, s, self.wanted, self.keyorder)
+                self.stats.tasks += 1
+                self.stats.python_tasks += 1
+                for f in self.posttask:
+                    f(key, result, self.dsk, s, worker_id)
+                if len(s["ready"]) > before + 1 or self.done():
+                    cond.notify_all()
+
+
+def get(
+    dsk: Any,
+    keys: Any,
+    cache: dict[Hashable, Any] | None = None,
+    num_workers: int | None = None,
+    callbacks: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """Computes ``keys`` of the Dask graph ``dsk`` (an expression, a HighLevelGraph or a
+    dict); returns their values in the nesting of ``keys`` (lists become tuples).
+
+    ``num_workers`` threads run the tasks (default: all cores). An exception raised by a task
+    reaches the caller unchanged, with a note naming the task's key.
+    """
+    graph = as_task_graph(dsk)
+    check_keys(graph, keys, cache)
+    wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
+    stats = GetStats()
+    _last.stats = stats
+    workers = max(1, num_workers or os.cpu_count() or 1)
+    with local_callbacks(callbacks) as cbs:
+        _, _, pretask, posttask, _ = unpack_callbacks(cbs)
+        started: list[Any] = []
+        state: dict[str, Any] = {}
+        succeeded = False
+        try:
+            for cb in cbs:
+                if cb[0]:
+                    cb[0](graph)
+                started.append(cb)
+            keyorder = order(graph)
+            state = start_state_from_dask(graph, cache=cache, sortkey=keyorder.get, keys=wanted)
+            for _, start_state, _, _, _ in cbs:
+                if start_state:
+                    start_state(graph, state)
+            if state["waiting"] and not state["ready"]:
+                raise ValueError("Found no accessible jobs in dask")
+            run = _Run(graph, state, wanted, keyorder.get, (pretask, posttask), stats)
+            threads = [
+                threading.Thread(
+                    target=run.work, args=(i,), daemon=True, name=f"chunkfuse-dask-{i}"
+                )
+                for i in range(1, min(workers, max(1, len(graph))))
+            ]
+            for t in threads:
+                t.start()
+            run.work(0)
+            for t in threads:
+                t.join()
+            if run.error is not None:
+                key, exc = run.error
+                exc.add_note(f"chunkfuse.dask: raised by the task with key {key!r}")
+                raise exc
+            succeeded = True
+        finally:
+            for _, _, _, _, finish in started:
+                if finish:
+                    finish(graph, state, not succeeded)
+    return _nested(keys, state["cache"])
