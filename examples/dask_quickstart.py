@@ -59,7 +59,8 @@ def main() -> None:
         written = zarr.open_array(target)[:]
         reference = (x - x.mean(axis=0)).compute(scheduler="sync")
         np.testing.assert_array_equal(written, reference)
-        print(f"anomaly written to {Path(target).name}: {written.shape}, matches Dask's sync scheduler")
+        name = Path(target).name
+        print(f"anomaly written to {name}: {written.shape}, matches Dask's sync scheduler")
 
 
 if __name__ == "__main__":
