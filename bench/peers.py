@@ -2,7 +2,8 @@
 
     python bench/peers.py TOOL OP SRC DST [--threads N] [--chunks A,B,C] [--max-mem 1GB]
 
-TOOL: dask | numpy | tensorstore | cubed; OP: sum | rechunk | read | fft-lat | power-spectrum
+TOOL: dask | chunkfuse-dask (the same Dask code, scheduler=chunkfuse.dask.get) | numpy |
+tensorstore | cubed; OP: sum | rechunk | read | fft-lat | power-spectrum
 (the FFT ops: dask only). Prints one JSON object:
 ``{"seconds": compute seconds}`` (imports and opening excluded, writing the result included).
 
@@ -50,12 +51,14 @@ def zarr_target(path: str, shape: tuple[int, ...], chunks: tuple[int, ...], dtyp
 # --------------------------------------------------------------------------------------------
 
 
-def dask_op(op: str, src: str, dst: str, threads: int, chunks: tuple[int, ...]) -> float:
+def dask_op(
+    op: str, src: str, dst: str, threads: int, chunks: tuple[int, ...], scheduler: Any = "threads"
+) -> float:
     import dask
     import dask.array as da
 
     x = da.from_zarr(src)
-    with dask.config.set(scheduler="threads", num_workers=threads):
+    with dask.config.set(scheduler=scheduler, num_workers=threads):
         start = time.perf_counter()
         if op == "sum":
             s = ((x + 1) * 2).sum(axis=0)
@@ -173,9 +176,17 @@ def cubed_op(
         return time.perf_counter() - start
 
 
+def _chunkfuse_get() -> Any:
+    import chunkfuse.dask
+
+    return chunkfuse.dask.get
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tool", choices=["dask", "numpy", "tensorstore", "cubed"])
+    parser.add_argument(
+        "tool", choices=["dask", "chunkfuse-dask", "numpy", "tensorstore", "cubed"]
+    )
     parser.add_argument("op", choices=["sum", "rechunk", "read", "fft-lat", "power-spectrum"])
     parser.add_argument("src")
     parser.add_argument("dst")
@@ -186,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     chunks = tuple(int(c) for c in args.chunks.split(",")) if args.chunks else ()
     ops: dict[str, Callable[[], float]] = {
         "dask": lambda: dask_op(args.op, args.src, args.dst, args.threads, chunks),
+        # The same Dask code with chunkfuse's scheduler.
+        "chunkfuse-dask": lambda: dask_op(
+            args.op, args.src, args.dst, args.threads, chunks, _chunkfuse_get()
+        ),
         "numpy": lambda: numpy_op(args.op, args.src, args.dst, args.threads, chunks),
         "tensorstore": lambda: tensorstore_op(args.op, args.src, args.dst, args.threads, chunks),
         "cubed": lambda: cubed_op(args.op, args.src, args.dst, args.threads, chunks, args.max_mem),

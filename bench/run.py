@@ -512,6 +512,21 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             sum_out[tool] = dst
+        if "dask" in peers:
+            # The same Dask code with scheduler=chunkfuse.dask.get.
+            dst = work / "sum-chunkfuse-dask.zarr"
+            rows.append(
+                measure(
+                    "sum",
+                    "chunkfuse.dask",
+                    [py, str(PEERS), "chunkfuse-dask", "sum", str(source), str(dst),
+                     "--threads", threads],
+                    nbytes,
+                    args.repeat,
+                    dst,
+                )
+            )
+            sum_out["chunkfuse.dask"] = dst
         for tool, status in check_sum(sum_out, source).items():
             checks[("sum", tool)] = status
         # The sum's floor: read and decode every chunk through the engine, no compute.

@@ -22,10 +22,8 @@ SMALL_ARGS: dict[str, list[str]] = {
     "dask_quickstart": ["--time", "12", "--lat", "19", "--lon", "36"],
 }
 
-#: Examples whose every task must run in the engine (they print "Python tasks N"). The Dask
-#: example is not among them yet: chunkfuse.dask.get runs Dask's tasks in Python until it
-#: recognises them (issue 5).
-NATIVE_ONLY = {"cubed_quickstart", "xarray_cubed", "era5_fft"}
+#: Examples whose every task must run in the engine (they print "Python tasks N").
+NATIVE_ONLY = {"cubed_quickstart", "xarray_cubed", "era5_fft", "dask_quickstart"}
 
 
 def test_examples_exist() -> None:

@@ -19,9 +19,17 @@ def local_url(store: Any, path: str | None) -> str | None:
             return None
     elif isinstance(store, zarr.storage.LocalStore):
         root = str(store.root)
+    elif isinstance(store, zarr.storage.FsspecStore) and _local_protocol(store.fs.protocol):
+        # `da.from_zarr(path)` opens local paths through fsspec.
+        root = str(store.path)
     else:
         return None
     return os.path.join(root, path) if path else root
+
+
+def _local_protocol(protocol: Any) -> bool:
+    names = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    return "file" in names or "local" in names
 
 
 def zarr_array_url(array: zarr.Array) -> str | None:

@@ -14,15 +14,21 @@ import pytest
 
 ROUTED = ("sync", "synchronous", "single-threaded", "threads", "threading")
 
-#: Calls of the routed get in this session.
-CALLS = {"n": 0}
+#: Calls of the routed get in this session, and the graphs and tasks the engine ran.
+CALLS = {"n": 0, "engine": 0, "native": 0}
 
 
 def counted_get(*args: Any, **kwargs: Any) -> Any:
-    from chunkfuse.dask import get
+    from chunkfuse.dask import get, last_stats
 
     CALLS["n"] += 1
-    return get(*args, **kwargs)
+    try:
+        return get(*args, **kwargs)
+    finally:
+        stats = last_stats()
+        if stats is not None and stats.engine_runs:
+            CALLS["engine"] += 1
+            CALLS["native"] += stats.native_tasks
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -51,4 +57,7 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     """Fails a run whose tests never reached chunkfuse: the routing did not take."""
     if session.testscollected and CALLS["n"] == 0:
         session.exitstatus = 1
-    print(f"\nchunkfuse.dask.get ran {CALLS['n']} graphs")
+    print(
+        f"\nchunkfuse.dask.get ran {CALLS['n']} graphs; the engine ran part of "
+        f"{CALLS['engine']} of them ({CALLS['native']} tasks)"
+    )

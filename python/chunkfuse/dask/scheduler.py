@@ -8,12 +8,16 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dask._task_spec import DataNode
 from dask.callbacks import local_callbacks, unpack_callbacks
 from dask.core import flatten
 from dask.local import finish_task, start_state_from_dask
 from dask.order import order
 
+from chunkfuse.cubed.symbols import NotNative
+
 from .graph import as_task_graph, check_keys
+from .native import run_native
 
 
 @dataclass
@@ -22,6 +26,8 @@ class GetStats:
 
     tasks: int = 0
     python_tasks: int = 0
+    native_tasks: int = 0
+    engine_runs: int = 0
     failed: list[Hashable] = field(default_factory=list)
 
 
@@ -103,19 +109,47 @@ class _Run:
                     cond.notify_all()
 
 
+def _run_native_part(
+    graph: dict[Hashable, Any],
+    wanted: set[Hashable],
+    stats: GetStats,
+    max_mem: int | None,
+    threads: int,
+) -> dict[Hashable, Any]:
+    """Runs what the engine can of `graph`; returns the rest, with the engine's results as
+    data nodes."""
+    try:
+        part = run_native(graph, wanted, max_mem=max_mem, threads=threads)
+    except NotNative:
+        return graph
+    if part is None:
+        return graph
+    stats.native_tasks = len(part.covered)
+    stats.engine_runs += 1
+    rest = {k: v for k, v in graph.items() if k not in part.covered}
+    rest.update({k: DataNode(k, v) for k, v in part.values.items()})
+    return rest
+
+
 def get(
     dsk: Any,
     keys: Any,
     cache: dict[Hashable, Any] | None = None,
     num_workers: int | None = None,
     callbacks: Any = None,
+    *,
+    max_mem: int | None = None,
+    native: bool = True,
     **kwargs: Any,
 ) -> Any:
     """Computes ``keys`` of the Dask graph ``dsk`` (an expression, a HighLevelGraph or a
     dict); returns their values in the nesting of ``keys`` (lists become tuples).
 
-    ``num_workers`` threads run the tasks (default: all cores). An exception raised by a task
-    reaches the caller unchanged, with a note naming the task's key.
+    Array tasks the engine knows (zarr reads, elementwise functions, reductions, zarr stores)
+    run in one engine plan on ``num_workers`` threads within ``max_mem`` bytes (the engine's
+    default budget when None); ``native=False`` runs every task in Python. Python tasks run on
+    ``num_workers`` threads (default: all cores). An exception raised by a task reaches the
+    caller unchanged, with a note naming the task's key.
     """
     graph = as_task_graph(dsk)
     check_keys(graph, keys, cache)
@@ -123,6 +157,8 @@ def get(
     stats = GetStats()
     _last.stats = stats
     workers = max(1, num_workers or os.cpu_count() or 1)
+    if native:
+        graph = _run_native_part(graph, wanted, stats, max_mem, num_workers or 0)
     with local_callbacks(callbacks) as cbs:
         _, _, pretask, posttask, _ = unpack_callbacks(cbs)
         started: list[Any] = []
