@@ -136,7 +136,7 @@ def test_zarr_array_ops_run_in_the_engine(tmp_path: Path, case: str) -> None:
     np.testing.assert_allclose(got, build(x).compute(scheduler="sync"), rtol=2e-6, atol=1e-6)
 
 
-def test_to_zarr_and_rechunked_reads_run_in_the_engine(tmp_path: Path) -> None:
+def test_to_zarr_and_rechunk_run_in_the_engine(tmp_path: Path) -> None:
     data = _zarr_source(tmp_path, (12, 10, 8), (1, 10, 8))
     x = da.from_zarr(str(tmp_path / "x.zarr"))
     (x * 2 + 1).to_zarr(str(tmp_path / "out.zarr"), compute=False).compute(scheduler=get)
@@ -145,8 +145,19 @@ def test_to_zarr_and_rechunked_reads_run_in_the_engine(tmp_path: Path) -> None:
     assert stats is not None and stats.engine_runs == 1 and stats.native_tasks >= 12, stats
     assert stats.python_tasks <= 1, stats
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr")[:], data * 2 + 1)
+    # Rechunk splits and merges, then a write in the new chunks: all in the engine.
+    x.rechunk((12, 5, 4)).to_zarr(str(tmp_path / "rechunked.zarr"), compute=False).compute(
+        scheduler=get
+    )
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 0 and stats.native_tasks > 24, stats
+    out = zarr.open_array(tmp_path / "rechunked.zarr")
+    assert out.chunks == (12, 5, 4)
+    np.testing.assert_array_equal(out[:], data)
     y = x.rechunk((12, 5, 4)).sum(axis=0)
     np.testing.assert_allclose(y.compute(scheduler=get), data.sum(axis=0), rtol=2e-6)
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 0, stats
 
 
 def test_native_false_runs_everything_in_python(tmp_path: Path) -> None:

@@ -239,6 +239,10 @@ class Interpreter:
             return self._store(args, kwargs)
         if func is core.finalize and len(args) == 1 and not kwargs:
             return self._whole(args[0])
+        if func is chunk.getitem and len(args) == 2 and not kwargs:
+            return self._getitem(*args)
+        if func is core.concatenate_shaped and len(args) == 2 and not kwargs:
+            return self._join(args[0])
         if func is chunk.astype:
             (x,) = args
             if not isinstance(x, Blk) or set(kwargs) - {"astype_dtype", "casting", "copy"}:
@@ -301,6 +305,24 @@ class Interpreter:
                 first.dtype,
             )
         raise NotNative("finalize of something else")
+
+    def _getitem(self, x: Any, index: Any) -> Blk:
+        """A box of a block (Dask's rechunk splits)."""
+        if isinstance(x, Red):
+            x = self.reduced(x)
+        if not isinstance(x, Blk):
+            raise NotNative("getitem of something else")
+        sub = _region(index, tuple(b - a for a, b in x.region))
+        return Blk(
+            x.full, tuple((a + s0, a + s1) for (a, _), (s0, s1) in zip(x.region, sub, strict=True))
+        )
+
+    def _join(self, parts: Any) -> Blk:
+        """Blocks of one array joined into the box they tile (Dask's rechunk merges)."""
+        items = [self.reduced(i) if isinstance(i, Red) else i for i in _flatten(parts)]
+        if not items or not all(isinstance(i, Blk) and i.full == items[0].full for i in items):
+            raise NotNative("concatenation of something else")
+        return Blk(items[0].full, _bounding([i.region for i in items]))
 
     def _getter(self, args: list[Any], kwargs: dict[str, Any]) -> Blk:
         if len(args) != 2 or not isinstance(args[0], Src) or kwargs.get("lock"):
