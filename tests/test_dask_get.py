@@ -185,3 +185,14 @@ def test_python_tasks_consume_engine_results(tmp_path: Path) -> None:
     assert stats is not None and stats.engine_runs == 1, stats
     assert stats.python_tasks == 1 and stats.native_tasks >= 8, stats
     assert got == pytest.approx(_total(data * 2), rel=1e-9)
+
+
+def test_python_scalars_are_weak_as_in_numpy(tmp_path: Path) -> None:
+    """`x + 1.5` on float32 computes in float32 (NEP 50), bit for bit numpy's result."""
+    data = _zarr_source(tmp_path, (6, 5), (2, 5))
+    x = da.from_zarr(str(tmp_path / "x.zarr"))
+    got = ((x + 1.5) * 2 - 0.1).compute(scheduler=get)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, (data + 1.5) * 2 - 0.1)
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 0, stats

@@ -405,8 +405,13 @@ class Interpreter:
             if isinstance(a, Blk):
                 operands.append(a.full)
                 probes.append(np.ones(1, dtype=a.full.dtype))
-            elif isinstance(a, bool | int | float | complex | np.number | np.bool_):
-                operands.append(Const(a, np.asarray(a).dtype))
+            elif isinstance(a, np.number | np.bool_):
+                operands.append(Const(a, a.dtype))
+                probes.append(a)
+            elif isinstance(a, bool | int | float | complex):
+                # A Python scalar is weak (NEP 50): it takes the arrays' type, as in numpy.
+                weak = np.result_type(*(b.full.dtype for b in blocks), a)
+                operands.append(Const(a, weak))
                 probes.append(a)
             else:
                 raise NotNative(f"elementwise operand {type(a).__name__}")
@@ -516,7 +521,8 @@ def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hasha
             continue
         try:
             value = interp.node(node, symbols)
-        except (NotNative, TypeError, ValueError, KeyError, AttributeError):
+        except Exception:  # noqa: BLE001 - anything unrecognised runs in Python, which
+            # raises the task's own error with its key if the task itself fails.
             failed.add(key)
             continue
         if isinstance(value, Src | Blk | Red | Store | Stored):
