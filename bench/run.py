@@ -15,7 +15,9 @@ one chunk per step), warms the page cache, then times, best of --repeat:
   fft-lat, power-spectrum  chunkfuse's FFT plans vs dask.array.fft (bench/fft_report.py)
 and tensorstore where importable. Then, if cubed is importable, the Cubed section
 (bench/cubed_report.py): sum, mean, the xarray anomaly and the rechunk written by the same Cubed
-code with RustExecutor and with Cubed's threads executor, next to each op's codec floor. Every
+code with RustExecutor and with Cubed's threads executor, next to each op's codec floor. The
+sum also runs as the same Dask code with scheduler=chunkfuse.dask.get, and
+bench/dask_overhead.py times 100,000 trivial Python tasks on both Dask schedulers. Every
 measurement is its own child process; its peak RSS is that child's ru_maxrss (os.wait4, through
 scripts/rss_exec.py). Results are cross-checked between tools.
 
@@ -697,6 +699,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     report = write_report(out, rows, checks, args, data, binary, started, cubed_results)
+    if "dask" in peers:
+        # (f) Scheduler overhead of chunkfuse.dask.get on many trivial Python tasks.
+        from dask_overhead import overhead_lines
+
+        print("dask scheduler overhead:", file=sys.stderr)
+        lines = overhead_lines(100_000, args.threads)
+        report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
     print(report.read_text())
     print(f"wrote {report}", file=sys.stderr)
     failed = [r for r in rows if r.seconds is None] + [

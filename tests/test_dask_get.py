@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
+from typing import Any
 
 import chunkfuse.dask
 import dask
@@ -196,3 +197,46 @@ def test_python_scalars_are_weak_as_in_numpy(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got, (data + 1.5) * 2 - 0.1)
     stats = last_stats()
     assert stats is not None and stats.python_tasks == 0, stats
+
+
+class Blob:
+    """Counts live instances, so a test can see how many intermediates a run held."""
+
+    live = 0
+    peak = 0
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        Blob.live += 1
+        Blob.peak = max(Blob.peak, Blob.live)
+
+    def __del__(self) -> None:
+        Blob.live -= 1
+
+
+def _leaf(i: int) -> Blob:
+    return Blob(i)
+
+
+def _merge(a: Blob, b: Blob) -> Blob:
+    return Blob(a.value + b.value)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lean_runs_free_intermediates_in_depth_first_order(workers: int) -> None:
+    """A binary tree over 1024 leaves (a legacy dict graph, no callbacks): the result is
+    right and only a few intermediates are alive at any time, not the 1024 leaves."""
+    dsk: dict[Any, Any] = {("l", 0, i): (_leaf, i) for i in range(1024)}
+    width, level = 1024, 0
+    while width > 1:
+        for i in range(width // 2):
+            dsk[("l", level + 1, i)] = (_merge, ("l", level, 2 * i), ("l", level, 2 * i + 1))
+        width //= 2
+        level += 1
+    Blob.live = Blob.peak = 0
+    result = get(dsk, ("l", level, 0), num_workers=workers)
+    assert result.value == sum(range(1024))
+    # Workers take up to 64 ready tasks at once, so a few batches of leaves are alive.
+    assert Blob.peak < 256, Blob.peak
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 2047, stats

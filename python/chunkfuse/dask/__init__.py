@@ -1,9 +1,11 @@
 """Run Dask graphs with chunkfuse: ``x.compute(scheduler=chunkfuse.dask.get)``.
 
 ``get`` follows Dask's get-function contract (``dask.get(dsk, keys)``): it takes the expression
-or graph that ``compute`` passes, culls it to ``keys``, runs it in a memory-friendly order
-(``dask.order``, most recently readied first) and frees every intermediate as soon as its last
-dependent has run. Dask's local callbacks fire, so ``dask.diagnostics.ProgressBar`` works.
+or graph that ``compute`` passes and culls it to ``keys``. Array tasks it recognises run in the
+engine (``native.py``); the others run their Python callables in a memory-friendly order,
+freeing every intermediate as soon as its last dependent has run: by a lean runner
+(``lean.py``) when nothing watches, or with Dask's scheduler state so that Dask's local
+callbacks (``dask.diagnostics.ProgressBar``) fire.
 """
 
 from __future__ import annotations

@@ -561,6 +561,13 @@ def _materializable(sym: Symbol) -> bool:
     return True
 
 
+def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
+    """True when the graph holds a zarr array (as a data node or a literal)."""
+    return any(
+        isinstance(n.value if isinstance(n, DataNode) else n, zarr.Array) for n in graph.values()
+    )
+
+
 def run_native(
     graph: Mapping[Hashable, Any],
     wanted: set[Hashable],
@@ -569,7 +576,7 @@ def run_native(
     threads: int,
 ) -> NativePart | None:
     """Computes the graph's native part with the engine; None when nothing is native."""
-    if not any(isinstance(n, DataNode) and isinstance(n.value, zarr.Array) for n in graph.values()):
+    if not has_zarr_arrays(graph):
         return None
     interp = Interpreter()
     symbols = symbols_of(graph, interp)

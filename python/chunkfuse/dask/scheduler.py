@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dask._task_spec import DataNode
-from dask.callbacks import local_callbacks, unpack_callbacks
+from dask.callbacks import Callback, local_callbacks, unpack_callbacks
 from dask.core import flatten
 from dask.local import finish_task, start_state_from_dask
 from dask.order import order
@@ -17,7 +17,8 @@ from dask.order import order
 from chunkfuse.cubed.symbols import NotNative
 
 from .graph import as_task_graph, check_keys
-from .native import run_native
+from .lean import is_lean, run_lean
+from .native import has_zarr_arrays, run_native
 
 
 @dataclass
@@ -151,14 +152,22 @@ def get(
     ``num_workers`` threads (default: all cores). An exception raised by a task reaches the
     caller unchanged, with a note naming the task's key.
     """
-    graph = as_task_graph(dsk)
-    check_keys(graph, keys, cache)
+    raw = dsk if isinstance(dsk, Mapping) else dsk.__dask_graph__()
+    check_keys(raw, keys, cache)
     wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
     stats = GetStats()
     _last.stats = stats
     workers = max(1, num_workers or os.cpu_count() or 1)
-    if native:
-        graph = _run_native_part(graph, wanted, stats, max_mem, num_workers or 0)
+    graph: Mapping[Hashable, Any] = raw
+    if native and has_zarr_arrays(raw):
+        graph = _run_native_part(as_task_graph(raw), wanted, stats, max_mem, num_workers or 0)
+    if callbacks is None and not Callback.active and is_lean(graph):
+        # Nothing watches the run: the lean runner, without Dask's per-task bookkeeping.
+        results = dict(cache or {})
+        ran = run_lean(graph, list(dict.fromkeys(flatten([keys]))), results, workers)
+        stats.tasks = stats.python_tasks = ran
+        return _nested(keys, results)
+    graph = as_task_graph(graph)
     with local_callbacks(callbacks) as cbs:
         _, _, pretask, posttask, _ = unpack_callbacks(cbs)
         started: list[Any] = []
