@@ -30,6 +30,12 @@ from chunkfuse.urls import zarr_array_url
 Region = tuple[tuple[int, int], ...]
 
 
+#: numpy.fft functions the engine's `fft` op computes.
+FFTS = frozenset(
+    f"{k}{suffix}" for k in ("fft", "ifft", "rfft", "irfft") for suffix in ("", "2", "n")
+)
+
+
 @dataclass(frozen=True)
 class Src:
     """A stored zarr array on local disk (the `DataNode` of `da.from_zarr`)."""
@@ -239,6 +245,8 @@ class Interpreter:
             return self._store(args, kwargs)
         if func is core.finalize and len(args) == 1 and not kwargs:
             return self._whole(args[0])
+        if getattr(func, "__module__", None) == "numpy.fft" and func.__name__ in FFTS:
+            return self._fft(func.__name__, args, kwargs)
         if func is chunk.getitem and len(args) == 2 and not kwargs:
             return self._getitem(*args)
         if func is core.concatenate_shaped and len(args) == 2 and not kwargs:
@@ -305,6 +313,47 @@ class Interpreter:
                 first.dtype,
             )
         raise NotNative("finalize of something else")
+
+    def _fft(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Blk:
+        """numpy.fft's `name` of a block whose transformed axes are whole (Dask's `da.fft`)."""
+        from chunkfuse.fft import FftBlock, _result_dtype
+
+        nd = name.endswith(("2", "n"))
+        kind = name[:-1] if nd else name
+        params = ("s", "axes", "norm") if nd else ("n", "axis", "norm")
+        if not args or set(kwargs) - set(params) or len(args) > 4:
+            raise NotNative("fft with other arguments")
+        x = args[0]
+        if isinstance(x, Red):
+            x = self.reduced(x)
+        if not isinstance(x, Blk):
+            raise NotNative("fft of something else")
+        given = dict(zip(params, args[1:], strict=False)) | kwargs
+        rank = len(x.full.shape)
+        if nd:
+            default = (-2, -1) if name.endswith("2") else tuple(range(rank))
+            axes = tuple(a % rank for a in (given.get("axes") or default))
+        else:
+            axes = (given.get("axis", -1) % rank,)
+        sizes = given.get("s") if nd else (given.get("n"),)
+        shape = list(x.full.shape)
+        if any(x.region[a] != (0, shape[a]) for a in axes):
+            raise NotNative("fft along a split axis")
+        lengths = []
+        for i, a in enumerate(axes):
+            n = sizes[i] if sizes is not None and sizes[i] is not None else None
+            last = i == len(axes) - 1
+            if n is None:
+                n = 2 * (shape[a] - 1) if kind == "irfft" and last else shape[a]
+            lengths.append(int(n))
+            shape[a] = n // 2 + 1 if kind == "rfft" and last else n
+        block = FftBlock(kind, nd, axes, tuple(lengths), given.get("norm") or "backward")
+        dtype = _result_dtype(kind, x.full.dtype)
+        key = ("fft", x.full.root, kind, nd, axes, tuple(lengths), block.norm)
+        if key not in self._memo:
+            self._memo[key] = self.b.fft(x.full, block, tuple(shape), dtype)
+        region = tuple((0, shape[d]) if d in axes else r for d, r in enumerate(x.region))
+        return Blk(self._memo[key], region)
 
     def _getitem(self, x: Any, index: Any) -> Blk:
         """A box of a block (Dask's rechunk splits)."""
