@@ -142,6 +142,22 @@ impl Fast32 {
                             .all(|a| insts.get(*a).map(Inst::dtype) == Some(DType::F32)) =>
                 {
                     match (args.as_slice(), is_unary(*func), is_binary(*func)) {
+                        // x ** 2 is x * x, exactly (numpy squares too).
+                        ([a, b], _, _)
+                            if *func == Func::Power
+                                && *vals.get(*b)? == Arg::Scalar(2.0)
+                                && matches!(vals.get(*a)?, Arg::Step(_)) =>
+                        {
+                            let x = *vals.get(*a)?;
+                            push(
+                                &mut steps,
+                                Step::Binary {
+                                    func: Func::Multiply,
+                                    a: x,
+                                    b: x,
+                                },
+                            )
+                        }
                         ([a], true, _) => match *vals.get(*a)? {
                             Arg::Scalar(x) => Arg::Scalar(unary_fn(*func, x)),
                             Arg::Step(a) => push(&mut steps, Step::Unary { func: *func, a }),
@@ -346,6 +362,16 @@ mod tests {
                 insts: vec![load(0), c.clone(), call(func, vec![0, 1])],
             });
         }
+        out.push(Program {
+            insts: vec![
+                load(0),
+                Inst::Const {
+                    value: Scalar::Int(2),
+                    dtype: DType::F32,
+                },
+                call(Func::Power, vec![0, 1]),
+            ],
+        });
         for func in [
             Func::Negative,
             Func::Abs,

@@ -300,7 +300,10 @@ fn written_chunks(graph: &Graph, consumers: &[Vec<usize>], i: usize) -> Option<V
     let shape = &graph.nodes[i].shape;
     let mut at = i;
     loop {
-        let [next] = consumers[at].as_slice() else {
+        // One consumer (which may read the value more than once, as `a * a` does).
+        let mut next_nodes = consumers[at].clone();
+        next_nodes.dedup();
+        let [next] = next_nodes.as_slice() else {
             return None;
         };
         let node = &graph.nodes[*next];
@@ -444,10 +447,18 @@ pub(crate) fn plan_copy(
 ) -> Result<()> {
     let out_grid = materials[out].grid.clone();
     let itemsize = materials[out].dtype.size() as u64;
+    // Bytes per output element of the leaf buffers; an FFT leaf also holds its complex
+    // blocks before and after each step (as `RegionRead::leaf_bytes` counts them).
     let in_itemsize: u64 = src
         .leaves
         .iter()
-        .map(|l| l.dtype.size() as u64)
+        .map(|l| {
+            let own = l.dtype.size() as u64;
+            match &l.fft {
+                Some(f) => own + 3 * f.compute.to_complex().size() as u64,
+                None => own,
+            }
+        })
         .sum::<u64>()
         .max(1);
     let plain = src.plain_leaf(materials[out].dtype).is_some();
