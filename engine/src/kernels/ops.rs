@@ -354,10 +354,14 @@ fn binary(func: Func, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
                 if y.im == 0.0 && y.re == y.re.trunc() && y.re.abs() <= 64.0 {
                     x.powi(y.re as i32)
                 } else if x.re == 0.0 && x.im == 0.0 {
+                    // numpy: 0 ** 0 is 1, 0 ** p is 0 when p's real part is positive, and
+                    // anything else is ill-defined (nan + nan j).
                     if y.re == 0.0 && y.im == 0.0 {
                         Complex64::new(1.0, 0.0)
-                    } else {
+                    } else if y.re > 0.0 {
                         Complex64::new(0.0, 0.0)
+                    } else {
+                        Complex64::new(f64::NAN, f64::NAN)
                     }
                 } else {
                     x.powc(y)
