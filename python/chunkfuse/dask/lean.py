@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from dask._task_spec import DataNode, GraphNode
@@ -187,17 +187,28 @@ def run_lean(
     Raises the first task exception (with a note naming its key)."""
     run = LeanRun(graph, wanted, cache)
     run.workers = workers
+    run_workers(lambda _worker: run.work(), min(workers, max(1, len(run.deps))), lambda: run.error)
+    return run.ran
+
+
+def run_workers(
+    work: Callable[[int], None],
+    workers: int,
+    error: Callable[[], tuple[Hashable, BaseException] | None],
+) -> None:
+    """Runs `work(i)` on `workers` threads (this one included) until all return, then raises
+    the task exception `error()` reports, with a note naming its key."""
     threads = [
-        threading.Thread(target=run.work, daemon=True, name=f"chunkfuse-dask-{i}")
-        for i in range(1, min(workers, max(1, len(run.deps))))
+        threading.Thread(target=work, args=(i,), daemon=True, name=f"chunkfuse-dask-{i}")
+        for i in range(1, workers)
     ]
     for t in threads:
         t.start()
-    run.work()
+    work(0)
     for t in threads:
         t.join()
-    if run.error is not None:
-        key, exc = run.error
+    failed = error()
+    if failed is not None:
+        key, exc = failed
         exc.add_note(f"chunkfuse.dask: raised by the task with key {key!r}")
         raise exc
-    return run.ran

@@ -652,9 +652,8 @@ def run_native(
         return None
     with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
         values = _compute(interp, {k: symbols[k] for k in roots}, tmp, max_mem, threads)
-    covered = set(symbols) - {
-        k for k, s in symbols.items() if isinstance(s, Src) and k not in roots
-    }
+    # Source arrays stay in the graph (roots never are sources): Python tasks may read them.
+    covered = {k for k, s in symbols.items() if not isinstance(s, Src)}
     return NativePart(values, covered)
 
 

@@ -17,7 +17,7 @@ from dask.order import order
 from chunkfuse.cubed.symbols import NotNative
 
 from .graph import as_task_graph, check_keys
-from .lean import is_lean, run_lean
+from .lean import is_lean, run_lean, run_workers
 from .native import has_zarr_arrays, run_native
 
 
@@ -186,21 +186,7 @@ def get(
             if state["waiting"] and not state["ready"]:
                 raise ValueError("Found no accessible jobs in dask")
             run = _Run(graph, state, wanted, keyorder.get, (pretask, posttask), stats)
-            threads = [
-                threading.Thread(
-                    target=run.work, args=(i,), daemon=True, name=f"chunkfuse-dask-{i}"
-                )
-                for i in range(1, min(workers, max(1, len(graph))))
-            ]
-            for t in threads:
-                t.start()
-            run.work(0)
-            for t in threads:
-                t.join()
-            if run.error is not None:
-                key, exc = run.error
-                exc.add_note(f"chunkfuse.dask: raised by the task with key {key!r}")
-                raise exc
+            run_workers(run.work, min(workers, max(1, len(graph))), lambda: run.error)
             succeeded = True
         finally:
             for _, _, _, _, finish in started:
