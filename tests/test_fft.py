@@ -150,6 +150,34 @@ def test_fft_along_a_finely_split_axis_spills_a_rechunked_copy(cli: Cli, tmp_pat
     assert_fft_close(read_zarr(tmp_path / "out.zarr"), np.fft.rfft(a, axis=0))
 
 
+def test_power_spectrum_regions_follow_the_write_at_any_budget(cli: Cli, tmp_path: Path) -> None:
+    """|rfft|**2 written in (-1, 15, 20) chunks: the transform is computed chunk by chunk of
+    the write (not in a few huge blocks) even when the budget could hold far more, and the
+    copy of the finely split time axis still makes several tasks per thread."""
+    a = sample(np.random.default_rng(6), (32, 60, 80), "float32")
+    zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(1, 60, 80))
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
+        "ops": [
+            {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
+            {"id": "m", "op": "elementwise", "inputs": ["f"],
+             "expr": {"op": "abs", "args": [{"input": 0}]}},
+            {"id": "p", "op": "elementwise", "inputs": ["m"],
+             "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]}},
+            {"id": "w", "op": "write", "input": "p", "target": str(tmp_path / "out.zarr"),
+             "chunks": [-1, 15, 20]},
+        ],
+    }
+    for max_mem in ("64MB", "4GB"):
+        summary = cli.run_plan(plan, max_mem=max_mem, threads=2)
+        write = [s for s in summary["stages"] if s.startswith("write w")]
+        assert write == ["write w (blocks of [1, 1, 1] chunks)"], summary["stages"]
+        # 16 output chunks, and the copy of the time axis split for two threads.
+        assert summary["tasks"] >= 16 + 4, summary
+        np.testing.assert_allclose(read_zarr(tmp_path / "out.zarr"),
+                                   np.abs(np.fft.rfft(a, axis=0)) ** 2, rtol=1e-4, atol=1e-2)
+
+
 @pytest.mark.parametrize(
     ("op", "message"),
     [

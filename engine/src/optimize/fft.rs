@@ -63,7 +63,13 @@ fn read_amplification(input: &ChunkGrid, out_chunks: &[u64], transformed: &[usiz
 /// a single transformed axis, as many steps as a one-stage copy from the input can fill (a
 /// block of whole input chunks within `limit`); the FFT then reads several of them per region,
 /// each once. Several transformed axes are each kept whole.
-fn spill_chunks(spec: &FftSpec, input: &Fused, chunks: &[u64], limit: u64) -> Vec<u64> {
+fn spill_chunks(
+    spec: &FftSpec,
+    input: &Fused,
+    chunks: &[u64],
+    limit: u64,
+    threads: usize,
+) -> Vec<u64> {
     let axes = spec.axes();
     let in_chunks = input.grid.chunk_shape();
     let mut mid: Vec<u64> = (0..chunks.len())
@@ -89,6 +95,9 @@ fn spill_chunks(spec: &FftSpec, input: &Fused, chunks: &[u64], limit: u64) -> Ve
         let itemsize = input.dtype().size() as u64;
         // The copy holds the block's values, its output and encoded chunks: about 4x.
         let steps = (limit / (4 * across * itemsize).max(1)).max(1);
+        // At least two copy tasks per thread, so a large budget still keeps every core busy.
+        let spread = input.shape[axis].div_ceil(2 * threads.max(1) as u64).max(1);
+        let steps = steps.min(spread);
         let unit = in_chunks[axis].max(1);
         let steps = (steps / unit).max(1) * unit;
         mid[axis] = steps.min(input.shape[axis]).max(1);
@@ -191,7 +200,7 @@ pub fn plan_fft(
         None => {
             // Re-reading each input chunk from several tasks costs a decode each time; a
             // rechunked copy costs one decode plus a cheap intermediate.
-            let mid_chunks = spill_chunks(spec, &input, &chunks, limit);
+            let mid_chunks = spill_chunks(spec, &input, &chunks, limit, opts.threads);
             let dtype = input.dtype();
             let shape = input.shape.clone();
             let label = format!("{name} input");

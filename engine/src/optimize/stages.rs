@@ -154,20 +154,22 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 ));
             }
             NodeKind::Elementwise { inputs, expr } => {
+                // Over a transform of the same shape, regions follow the transform's grid
+                // (chosen for the budget and the write), not the node's logical chunks.
+                let grid = inputs
+                    .iter()
+                    .filter_map(|&j| fused[j].as_ref())
+                    .find(|f| f.shape == node.shape && f.leaves.iter().any(|l| l.fft.is_some()))
+                    .map_or_else(|| node.grid.clone(), |f| f.grid.clone());
                 let ins: Vec<Fused> = inputs
                     .iter()
                     .map(|&j| {
                         let f = fused_of(&fused, j)?;
                         let view = View::broadcast(&f.shape, &node.shape);
-                        Ok(f.through(&view, node.shape.clone(), node.grid.clone()))
+                        Ok(f.through(&view, node.shape.clone(), grid.clone()))
                     })
                     .collect::<Result<_>>()?;
-                fused[i] = Some(fuse::elementwise(
-                    &ins,
-                    expr,
-                    node.shape.clone(),
-                    node.grid.clone(),
-                ));
+                fused[i] = Some(fuse::elementwise(&ins, expr, node.shape.clone(), grid));
             }
             NodeKind::Slice { input, view } => {
                 let f = fused_of(&fused, *input)?;
