@@ -13,6 +13,7 @@ pub mod exec;
 pub mod kernels;
 pub mod optimize;
 pub mod plan;
+pub mod read;
 pub mod run;
 pub mod store;
 pub mod zarr;

@@ -13,8 +13,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chunkfuse import _engine
+from chunkfuse.reading import ArrayReader, read, read_windows
 
-__all__ = ["RustExecutor", "__version__", "engine_version", "rechunk", "run_plan"]
+__all__ = [
+    "ArrayReader",
+    "RustExecutor",
+    "__version__",
+    "engine_version",
+    "read",
+    "read_windows",
+    "rechunk",
+    "run_plan",
+]
 
 __version__: str = _engine.version()
 

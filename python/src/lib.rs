@@ -3,6 +3,7 @@
 
 mod chunk_function;
 mod driver;
+mod reading;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -95,6 +96,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(array_info, m)?)?;
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
+    m.add_class::<reading::ArrayReader>()?;
     m.add("__version__", chunkfuse_engine::VERSION)?;
     Ok(())
 }

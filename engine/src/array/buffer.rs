@@ -189,19 +189,33 @@ pub fn copy_region(
     region: &Region,
     elem: usize,
 ) {
+    for_each_run(src_region, dst_region, region, elem, |so, doff, n| {
+        dst[doff..doff + n].copy_from_slice(&src[so..so + n]);
+    });
+}
+
+/// Calls `f(src_offset, dst_offset, bytes)` for every contiguous run of `region` between a
+/// C-ordered buffer over `src_region` and one over `dst_region` (elements of `elem` bytes),
+/// merging trailing axes that are contiguous in both into one run.
+pub fn for_each_run(
+    src_region: &Region,
+    dst_region: &Region,
+    region: &Region,
+    elem: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
     let rank = region.rank();
     if region.is_empty() {
         return;
     }
     if rank == 0 {
-        dst[..elem].copy_from_slice(&src[..elem]);
+        f(0, 0, elem);
         return;
     }
     let ss = c_strides(&src_region.shape);
     let ds = c_strides(&dst_region.shape);
     let rel_s = region.relative_to(&src_region.start);
     let rel_d = region.relative_to(&dst_region.start);
-    // Merge trailing axes that are contiguous in both buffers into one run.
     let mut inner = rank - 1;
     let mut run = region.shape[rank - 1];
     while inner > 0
@@ -224,9 +238,7 @@ pub fn copy_region(
         }
         so += rel_s.start[inner] * ss[inner];
         doff += rel_d.start[inner] * ds[inner];
-        let so = so as usize * elem;
-        let doff = doff as usize * elem;
-        dst[doff..doff + run_bytes].copy_from_slice(&src[so..so + run_bytes]);
+        f(so as usize * elem, doff as usize * elem, run_bytes);
         for d in (0..inner).rev() {
             idx[d] += 1;
             if idx[d] < outer_shape[d] {

@@ -853,21 +853,16 @@ fn write(
         }
         None => chunks.clone(),
     };
-    let target = spec.target.strip_prefix("file://").unwrap_or(&spec.target);
     if !spec.overwrite && !spec.existing {
-        let p = std::path::Path::new(target);
+        let store =
+            open_store(&spec.target, 1).map_err(|e| e.with_field(format!("{field}.target")))?;
+        let exists = crate::zarr::array_exists(store.as_ref())
+            .map_err(|e| e.with_field(format!("{field}.target")))?;
         plan_ensure!(
-            !p.join("zarr.json").exists() && !p.join(".zarray").exists(),
+            !exists,
             format!("{field}.target"),
             "an array already exists at \"{}\" and overwrite is false",
             spec.target
-        );
-    }
-    if let Some((scheme, _)) = spec.target.split_once("://") {
-        plan_ensure!(
-            scheme == "file" || scheme == "memory",
-            format!("{field}.target"),
-            "the \"{scheme}://\" scheme is not supported yet; use a local path"
         );
     }
     let mut spec = spec.clone();

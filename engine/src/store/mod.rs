@@ -7,6 +7,7 @@
 
 pub mod fs;
 pub mod memory;
+pub mod object;
 
 use std::sync::{mpsc, Arc};
 
@@ -165,19 +166,15 @@ pub trait Store: Send + Sync {
     }
 }
 
-/// Opens the store at `url`: a local path or `file://` URL (`memory://NAME` in tests).
+/// Opens the store at `url`: a local path or `file://` URL, object storage (`s3://`, `gs://`,
+/// `http(s)://`), or `memory://NAME` (in-process, for tests).
 pub fn open_store(url: &str, io_threads: usize) -> Result<Arc<dyn Store>> {
     if let Some(name) = url.strip_prefix("memory://") {
         return Ok(memory::MemoryStore::named(name));
     }
     if let Some((scheme, _)) = url.split_once("://") {
         if scheme != "file" {
-            return Err(Error::store(
-                url,
-                format!(
-                    "the \"{scheme}://\" scheme is not supported yet; use a local path or file://"
-                ),
-            ));
+            return Ok(Arc::new(object::ObjectBackend::open(url)?));
         }
     }
     let path = url.strip_prefix("file://").unwrap_or(url);

@@ -9,6 +9,7 @@ mod create;
 mod metadata;
 
 pub use create::{ArraySpec, Codec};
+pub use metadata::exists as array_exists;
 pub use metadata::ArrayInfo;
 
 use std::borrow::Cow;
@@ -148,23 +149,46 @@ thread_local! {
 /// zstd-decompresses `src` into a pooled buffer of exactly `len` bytes.
 fn zstd_decode(src: &[u8], len: usize) -> std::result::Result<Vec<u8>, String> {
     let mut out = crate::array::pool::take(len);
-    let n = ZSTD.with(|cell| {
+    let n = with_zstd_decompressor(|d| d.decompress_to_buffer(src, &mut out));
+    match n {
+        Ok(n) if n == len => Ok(out),
+        other => {
+            crate::array::pool::give(out);
+            Err(zstd_size_error(other, len))
+        }
+    }
+}
+
+/// zstd-decompresses `src` into exactly `dst` (an error unless the frame fills it).
+fn zstd_decode_into(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+    let len = dst.len();
+    match with_zstd_decompressor(|d| d.decompress_to_buffer(src, dst)) {
+        Ok(n) if n == len => Ok(()),
+        other => Err(zstd_size_error(other, len)),
+    }
+}
+
+fn zstd_size_error(got: std::result::Result<usize, String>, len: usize) -> String {
+    match got {
+        Ok(n) => format!("zstd frame holds {n} bytes, the chunk needs {len}"),
+        Err(e) => e,
+    }
+}
+
+/// Runs `f` with this thread's zstd decompression context.
+fn with_zstd_decompressor(
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<usize>,
+) -> std::result::Result<usize, String> {
+    ZSTD.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
         }
         match slot.as_mut() {
-            Some(d) => d
-                .decompress_to_buffer(src, &mut out)
-                .map_err(|e| e.to_string()),
+            Some(d) => f(d).map_err(|e| e.to_string()),
             None => Err("no zstd decompressor".to_string()),
         }
-    })?;
-    if n != len {
-        crate::array::pool::give(out);
-        return Err(format!("zstd frame holds {n} bytes, the chunk needs {len}"));
-    }
-    Ok(out)
+    })
 }
 
 impl std::fmt::Debug for ZarrArray {
@@ -402,6 +426,44 @@ impl ZarrArray {
         let full = Buffer::from_bytes(self.dtype, decoded.into_owned())?;
         bytes.recycle();
         self.crop(full, &region, encoded_shape)
+    }
+
+    /// Decodes chunk `idx` into `dst`, which holds exactly the chunk's region (C order):
+    /// zstd and uncompressed interior chunks decode in place, others through a buffer.
+    pub fn decode_chunk_into(
+        &self,
+        idx: &[u64],
+        bytes: Option<crate::store::Value>,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let region = self.grid.chunk_region(idx);
+        let interior = self.encoded_chunk_shape(idx)? == region.shape;
+        match (bytes, self.fast) {
+            (Some(bytes), Some(FastCodec::Zstd)) if interior => {
+                let r = zstd_decode_into(&bytes, dst);
+                bytes.recycle();
+                r.map_err(|msg| {
+                    Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
+                        .with_array(&self.name)
+                        .with_chunk_key(self.chunk_key(idx))
+                        .with_store(&self.url)
+                })
+            }
+            (bytes, _) => {
+                let buf = self.decode_chunk(idx, bytes)?;
+                if buf.bytes().len() != dst.len() {
+                    return Err(Error::internal(format!(
+                        "chunk {} decodes to {} bytes, not the {} asked for",
+                        self.chunk_key(idx),
+                        buf.bytes().len(),
+                        dst.len()
+                    )));
+                }
+                dst.copy_from_slice(buf.bytes());
+                crate::array::pool::give(buf.into_bytes());
+                Ok(())
+            }
+        }
     }
 
     /// The part of a decoded (padded) chunk that lies inside the array.

@@ -1,0 +1,144 @@
+"""Direct reads: the engine fetches and decodes chunks concurrently, with the GIL released,
+into one new numpy array.
+
+``read(url, selection)`` reads a whole array or a basic selection of it; ``read_windows(url,
+starts, shape)`` reads many same-shaped windows at once (random crops for training), decoding
+every chunk they touch once. URLs are local paths, ``file://``, ``s3://``, ``gs://``,
+``http(s)://`` or ``memory://``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkfuse import _engine
+
+__all__ = ["ArrayReader", "read", "read_windows"]
+
+Selection = Any  # an int, a slice, Ellipsis, or a tuple of them (numpy basic indexing)
+
+
+ArrayReader = _engine.ArrayReader
+
+Source = str | os.PathLike[str] | ArrayReader
+
+
+def _reader(source: Source) -> ArrayReader:
+    if isinstance(source, ArrayReader):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return ArrayReader(os.fspath(source))
+    raise TypeError(
+        f"url must be a path, a URL string or a chunkfuse.ArrayReader, got {type(source).__name__}"
+    )
+
+
+def _fill(
+    reader: ArrayReader, starts: list[list[int]], size: list[int], threads: int
+) -> npt.NDArray[Any]:
+    """The windows of `size` at `starts`, read into a new ``(n, *size)`` array."""
+    dtype = np.dtype(reader.dtype)
+    out = np.empty((len(starts), *size), dtype=dtype)
+    # numpy allocates large arrays lazily (and on huge pages where it can): the decode
+    # threads, not this one, touch the memory first.
+    reader.read_into(starts, size, out.reshape(-1).view(np.uint8), threads)
+    return out
+
+
+def _expand(selection: Selection, rank: int) -> list[Any]:
+    """The selection as one entry (int or slice) per axis."""
+    items = list(selection) if isinstance(selection, tuple) else [selection]
+    ellipses = sum(1 for s in items if s is Ellipsis)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if ellipses:
+        at = items.index(Ellipsis)
+        fill = rank - (len(items) - 1)
+        items[at : at + 1] = [slice(None)] * max(fill, 0)
+    if len(items) > rank:
+        raise IndexError(
+            f"too many indices for array: array is {rank}-dimensional, "
+            f"but {len(items)} were indexed"
+        )
+    return items + [slice(None)] * (rank - len(items))
+
+
+def _bounds(
+    selection: Selection, shape: tuple[int, ...]
+) -> tuple[list[int], list[int], tuple[Any, ...], bool]:
+    """The box to read (start, size), the selection relative to it, and whether it strides."""
+    start: list[int] = []
+    size: list[int] = []
+    local: list[Any] = []
+    strided = False
+    for axis, (item, n) in enumerate(zip(_expand(selection, len(shape)), shape, strict=True)):
+        if isinstance(item, slice):
+            r = range(*item.indices(n))
+            if len(r) == 0:
+                start.append(0)
+                size.append(0)
+                local.append(slice(0, 0))
+                continue
+            lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
+            start.append(lo)
+            size.append(hi - lo)
+            stop = r[-1] - lo + (1 if r.step > 0 else -1)
+            local.append(slice(r[0] - lo, stop if stop >= 0 else None, r.step))
+            strided = strided or r.step != 1
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            i = int(item)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+            start.append(i % n)
+            size.append(1)
+            local.append(0)
+        else:
+            raise IndexError(
+                f"chunkfuse.read takes basic selections (ints, slices, ...); "
+                f"axis {axis} got {type(item).__name__}"
+            )
+    return start, size, tuple(local), strided
+
+
+def read(source: Source, selection: Selection = None, *, threads: int = 0) -> npt.NDArray[Any]:
+    """Read the array at `source` (a path or URL, or an open `ArrayReader`), or a basic
+    `selection` of it (as ``zarr_array[selection]``), into a new numpy array; `threads`
+    decode threads (0: one per core)."""
+    reader = _reader(source)
+    shape = tuple(int(n) for n in reader.shape)
+    if selection is None:
+        return _fill(reader, [[0] * len(shape)], list(shape), threads)[0]
+    start, size, local, strided = _bounds(selection, shape)
+    out = _fill(reader, [start], size, threads)[0][local]
+    return np.ascontiguousarray(out) if strided else out
+
+
+def read_windows(
+    source: Source,
+    starts: npt.ArrayLike,
+    shape: Sequence[int],
+    *,
+    threads: int = 0,
+) -> npt.NDArray[Any]:
+    """Read the windows of `shape` whose first corners are the rows of `starts` (an
+    ``(n, ndim)`` array of non-negative ints) into one ``(n, *shape)`` numpy array, read
+    concurrently; each chunk the windows touch is read and decoded once. Open the array once
+    with ``ArrayReader(url)`` and pass that to skip reading its metadata on every call."""
+    reader = _reader(source)
+    corners = np.asarray(starts)
+    if corners.ndim != 2 or (corners.size and not np.issubdtype(corners.dtype, np.integer)):
+        raise ValueError(
+            f"starts must be an (n, ndim) array of integers, got shape {corners.shape} "
+            f"and dtype {corners.dtype}"
+        )
+    if corners.size and corners.min() < 0:
+        raise ValueError("starts must be non-negative")
+    size = [int(s) for s in shape]
+    if any(s < 0 for s in size):
+        raise ValueError(f"window shape must be non-negative, got {tuple(size)}")
+    return _fill(reader, corners.tolist(), size, threads)

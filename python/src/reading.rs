@@ -1,0 +1,85 @@
+//! Direct reads into caller memory: `ArrayReader` opens an array once (its metadata read
+//! once) and fills numpy buffers the caller allocates with windows of it, with the GIL
+//! released. One window is a region read; many are the random crops of a training loop.
+
+use std::sync::Arc;
+
+use chunkfuse_engine::read;
+use chunkfuse_engine::zarr::ZarrArray;
+use chunkfuse_engine::Error;
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+
+use crate::to_py;
+
+/// An array opened for direct reads.
+#[pyclass(frozen, module = "chunkfuse._engine")]
+pub struct ArrayReader {
+    array: Arc<ZarrArray>,
+}
+
+#[pymethods]
+impl ArrayReader {
+    /// Opens the array at `url` (a path, `file://`, `s3://`, `gs://`, `http(s)://` or
+    /// `memory://` URL).
+    #[new]
+    fn new(py: Python<'_>, url: &str) -> PyResult<Self> {
+        let url = url.to_string();
+        let array = py.detach(|| read::open_array(&url, 8)).map_err(to_py)?;
+        Ok(ArrayReader {
+            array: Arc::new(array),
+        })
+    }
+
+    /// numpy's name for the element type.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.array.dtype().name()
+    }
+
+    /// The array's shape.
+    #[getter]
+    fn shape(&self) -> Vec<u64> {
+        self.array.shape()
+    }
+
+    /// The URL the array was opened with.
+    #[getter]
+    fn url(&self) -> String {
+        self.array.url().to_string()
+    }
+
+    /// Fills `out` (a writable C-contiguous uint8 buffer of exactly `len(starts) *
+    /// prod(shape) * itemsize` bytes) with the windows of `shape` at each of `starts`,
+    /// stacked in order; `threads` decode threads (0: one per core).
+    #[pyo3(signature = (starts, shape, out, threads=0))]
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        starts: Vec<Vec<u64>>,
+        shape: Vec<u64>,
+        out: &Bound<'_, PyAny>,
+        threads: usize,
+    ) -> PyResult<()> {
+        let buffer = PyBuffer::<u8>::get(out)?;
+        if buffer.readonly() || !buffer.is_c_contiguous() {
+            return Err(to_py(Error::plan(
+                "out",
+                "needs a writable, C-contiguous uint8 buffer",
+            )));
+        }
+        let ptr = buffer.buf_ptr() as usize;
+        let len = buffer.len_bytes();
+        let array = self.array.clone();
+        py.detach(move || {
+            // SAFETY: the buffer protocol keeps `out`'s memory alive and in place while
+            // `buffer` is held (until this function returns), it is writable and
+            // `len` bytes long; no Python code runs on it meanwhile (this call holds it).
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+            read::read_windows(&array, &starts, &shape, dst, threads)
+        })
+        .map_err(to_py)?;
+        drop(buffer);
+        Ok(())
+    }
+}
