@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from chunkfuse import _engine
+from chunkfuse import _engine, iomode
+from chunkfuse.iomode import io_mode, set_io
 from chunkfuse.reading import ArrayReader, read, read_windows
 
 __all__ = [
@@ -20,10 +21,12 @@ __all__ = [
     "RustExecutor",
     "__version__",
     "engine_version",
+    "io_mode",
     "read",
     "read_windows",
     "rechunk",
     "run_plan",
+    "set_io",
 ]
 
 __version__: str = _engine.version()
@@ -43,6 +46,7 @@ def run_plan(
     work_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     resume: bool = True,
+    io: str | None = None,
 ) -> dict[str, Any]:
     """Validate and run a plan (JSON text or a dict); return the run summary.
 
@@ -51,8 +55,9 @@ def run_plan(
     as stages start); an exception it raises cancels the run. Ctrl-C cancels the run and
     raises KeyboardInterrupt. With `resume` (the default), rerunning a job that failed or was
     killed keeps every chunk it had written and computes only the rest; `resume=False`
-    starts over.
+    starts over. `io` sets how local files are read (see `chunkfuse.set_io`).
     """
+    iomode.apply(io)
     text = plan if isinstance(plan, str) else json.dumps(plan)
     summary = _engine.run_plan(
         text, dict(params or {}), max_mem, threads, work_dir, progress, resume

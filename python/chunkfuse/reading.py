@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chunkfuse import _engine
+from chunkfuse import _engine, iomode
 
 __all__ = ["ArrayReader", "read", "read_windows"]
 
@@ -105,10 +105,14 @@ def _bounds(
     return start, size, tuple(local), strided
 
 
-def read(source: Source, selection: Selection = None, *, threads: int = 0) -> npt.NDArray[Any]:
+def read(
+    source: Source, selection: Selection = None, *, threads: int = 0, io: str | None = None
+) -> npt.NDArray[Any]:
     """Read the array at `source` (a path or URL, or an open `ArrayReader`), or a basic
     `selection` of it (as ``zarr_array[selection]``), into a new numpy array; `threads`
-    decode threads (0: one per core)."""
+    decode threads (0: one per core); `io` sets how local files are read (see
+    `chunkfuse.set_io`)."""
+    iomode.apply(io)
     reader = _reader(source)
     shape = tuple(int(n) for n in reader.shape)
     if selection is None:
@@ -124,11 +128,13 @@ def read_windows(
     shape: Sequence[int],
     *,
     threads: int = 0,
+    io: str | None = None,
 ) -> npt.NDArray[Any]:
     """Read the windows of `shape` whose first corners are the rows of `starts` (an
     ``(n, ndim)`` array of non-negative ints) into one ``(n, *shape)`` numpy array, read
     concurrently; each chunk the windows touch is read and decoded once. Open the array once
     with ``ArrayReader(url)`` and pass that to skip reading its metadata on every call."""
+    iomode.apply(io)
     reader = _reader(source)
     corners = np.asarray(starts)
     if corners.ndim != 2 or (corners.size and not np.issubdtype(corners.dtype, np.integer)):

@@ -34,6 +34,7 @@ def rechunk(
     work_dir: str | None = None,
     resume: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    io: str | None = None,
 ) -> dict[str, Any]:
     """Rechunk the Zarr array `source` (a path or a zarr-python array, Zarr v2 or v3) into
     `target` with `chunks`, within `max_mem` (bytes, or text such as "1GB"); return the run
@@ -44,7 +45,8 @@ def rechunk(
     (`{"name": "zstd", "level": 3}`, the default; `{"name": "blosc", "cname": "lz4",
     "clevel": 5, "shuffle": "shuffle"}`; `{"name": "gzip", "level": 5}`; `{"name": "none"}`).
     Axes missing from a `{axis: size}` mapping keep the source's chunks. With `resume` (the
-    default), rerunning an unfinished job keeps the chunks it wrote.
+    default), rerunning an unfinished job keeps the chunks it wrote. `io` sets how local
+    files are read (see `chunkfuse.set_io`).
     """
     src = engine_url(source, "source")
     dst = engine_url(target, "target")
@@ -66,6 +68,7 @@ def rechunk(
         work_dir=work_dir,
         progress=progress,
         resume=resume,
+        io=io,
     )
 
 

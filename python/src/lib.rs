@@ -87,6 +87,23 @@ fn array_info(py: Python<'_>, url: &str) -> PyResult<Py<PyAny>> {
     Ok(json.call_method1("loads", (text,))?.unbind())
 }
 
+/// Sets how local files are read from now on, process-wide: `"auto"`, `"uring"` or
+/// `"pread"`; an error for anything else, or for `"uring"` where io_uring is refused.
+#[pyfunction]
+fn set_io(mode: &str) -> PyResult<()> {
+    use chunkfuse_engine::store::uring;
+    let mode = uring::IoMode::parse(mode).map_err(to_py)?;
+    uring::reader_for(mode, None).map_err(to_py)?;
+    uring::set_io_mode(mode);
+    Ok(())
+}
+
+/// How local files are read now (`"auto"`, `"uring"` or `"pread"`).
+#[pyfunction]
+fn io_mode() -> &'static str {
+    chunkfuse_engine::store::uring::io_mode().name()
+}
+
 /// The module.
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -97,6 +114,8 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(array_info, m)?)?;
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add_class::<reading::ArrayReader>()?;
+    m.add_function(wrap_pyfunction!(set_io, m)?)?;
+    m.add_function(wrap_pyfunction!(io_mode, m)?)?;
     m.add("__version__", chunkfuse_engine::VERSION)?;
     Ok(())
 }

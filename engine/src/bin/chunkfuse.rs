@@ -21,6 +21,10 @@ use clap::{Args, Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How local files are read: auto (io_uring where the system allows it, large whole
+    /// files mapped), uring, or pread (a thread pool). Default: $CHUNKFUSE_IO, else auto.
+    #[arg(long, global = true, value_name = "auto|uring|pread")]
+    io: Option<String>,
 }
 
 #[derive(Args)]
@@ -201,6 +205,11 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
 }
 
 fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
+    if let Some(io) = &cli.io {
+        let mode =
+            chunkfuse_engine::store::uring::IoMode::parse(io).map_err(|e| e.with_field("--io"))?;
+        chunkfuse_engine::store::uring::set_io_mode(mode);
+    }
     match cli.command {
         Command::Run {
             plan,

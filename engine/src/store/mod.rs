@@ -8,6 +8,7 @@
 pub mod fs;
 pub mod memory;
 pub mod object;
+pub mod uring;
 
 use std::sync::{mpsc, Arc};
 

@@ -17,6 +17,7 @@ from cubed.runtime.utils import handle_operation_end_callbacks, handle_operation
 from cubed.spec import Spec
 
 import chunkfuse
+from chunkfuse import iomode
 from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
 from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.python_ops import run_python_op
@@ -44,7 +45,8 @@ class RustExecutor(DagExecutor):
     """Runs Cubed plans on the chunkfuse engine.
 
     Options (here or as `compute(...)` keywords): `max_workers` (compute threads; default all
-    cores), `max_mem` (the engine's memory budget in bytes), `device` (`"cpu"`).
+    cores), `max_mem` (the engine's memory budget in bytes), `device` (`"cpu"`), `io` (how
+    local files are read: `"auto"`, `"uring"` or `"pread"`; see `chunkfuse.set_io`).
 
     Without `max_mem` the budget follows Cubed's memory model: `max_workers` times the largest
     `projected_mem − reserved_mem` of the plan's ops (what Cubed's own executors let run at
@@ -69,6 +71,7 @@ class RustExecutor(DagExecutor):
         **kwargs: Any,
     ) -> None:
         options = {**self.kwargs, **kwargs}
+        iomode.apply(options.get("io"))
         device = options.get("device", "cpu")
         if device != "cpu":
             raise ValueError(f"RustExecutor: device {device!r} is not available (only 'cpu')")

@@ -14,6 +14,7 @@ from dask.core import flatten
 from dask.local import finish_task, start_state_from_dask
 from dask.order import order
 
+from chunkfuse import iomode
 from chunkfuse.cubed.symbols import NotNative
 
 from .graph import as_task_graph, check_keys
@@ -141,6 +142,7 @@ def get(
     *,
     max_mem: int | None = None,
     native: bool = True,
+    io: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Computes ``keys`` of the Dask graph ``dsk`` (an expression, a HighLevelGraph or a
@@ -150,8 +152,10 @@ def get(
     run in one engine plan on ``num_workers`` threads within ``max_mem`` bytes (the engine's
     default budget when None); ``native=False`` runs every task in Python. Python tasks run on
     ``num_workers`` threads (default: all cores). An exception raised by a task reaches the
-    caller unchanged, with a note naming the task's key.
+    caller unchanged, with a note naming the task's key. ``io`` sets how local files are
+    read (see ``chunkfuse.set_io``).
     """
+    iomode.apply(io)
     raw = dsk if isinstance(dsk, Mapping) else dsk.__dask_graph__()
     check_keys(raw, keys, cache)
     wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
