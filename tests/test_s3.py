@@ -202,3 +202,30 @@ def _stop_after_writes(server: S3Server, proc: subprocess.Popen[Any], writes: in
             server.stop_backend()
             return
         time.sleep(0.01)
+
+
+def test_cubed_and_dask_arrays_opened_from_s3_run_natively(
+    source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """Arrays zarr-python opens from s3:// (through fsspec) are read by the engine itself."""
+    import cubed
+    import cubed.array_api as xp
+    import dask.array as da
+    from chunkfuse import RustExecutor
+    from chunkfuse.dask import get, last_stats
+
+    url, data = source
+    want = ((data.astype("float64") + 1) * 2).sum(axis=0)
+    spec = cubed.Spec(work_dir=str(tmp_path), allowed_mem="200MB")
+    x = cubed.from_zarr(url, spec=spec)
+    executor = RustExecutor()
+    got = xp.sum((x + 1) * 2, axis=0).compute(executor=executor)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    stats = executor.last_stats
+    assert stats.native_tasks > 0 and stats.python_tasks == 0, stats
+
+    y = da.from_zarr(url)
+    got = ((y + 1) * 2).sum(axis=0).compute(scheduler=get)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    s = last_stats()
+    assert s.native_tasks > 0 and s.python_tasks == 0, s

@@ -10,7 +10,8 @@ import zarr
 
 
 def local_url(store: Any, path: str | None) -> str | None:
-    """The local filesystem path of `store`/`path`, or None for any other kind of store."""
+    """The path or URL the engine opens for `store`/`path`: a local path, or an ``s3://`` or
+    ``gs://`` URL for fsspec stores on object storage; None for any other kind of store."""
     if isinstance(store, (str, os.PathLike)):
         root = os.fspath(store)
         if root.startswith("file://"):
@@ -22,9 +23,25 @@ def local_url(store: Any, path: str | None) -> str | None:
     elif isinstance(store, zarr.storage.FsspecStore) and _local_protocol(store.fs.protocol):
         # `da.from_zarr(path)` opens local paths through fsspec.
         root = str(store.path)
+    elif isinstance(store, zarr.storage.FsspecStore):
+        # Object storage the engine reads itself (credentials and endpoint from the
+        # environment, as s3fs/gcsfs also read them).
+        scheme = _object_scheme(store.fs.protocol)
+        if scheme is None:
+            return None
+        root = f"{scheme}://{str(store.path).strip('/')}"
+        return f"{root}/{path.strip('/')}" if path else root
     else:
         return None
     return os.path.join(root, path) if path else root
+
+
+def _object_scheme(protocol: Any) -> str | None:
+    names = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    for name, scheme in (("s3", "s3"), ("s3a", "s3"), ("gs", "gs"), ("gcs", "gs")):
+        if name in names:
+            return scheme
+    return None
 
 
 def _local_protocol(protocol: Any) -> bool:
@@ -33,20 +50,20 @@ def _local_protocol(protocol: Any) -> bool:
 
 
 def zarr_array_url(array: zarr.Array) -> str | None:
-    """The local path of an opened zarr-python array, or None when it is not on local disk."""
+    """The path or URL of an opened zarr-python array, or None where the engine cannot read it."""
     sp = array.store_path
     return local_url(sp.store, sp.path)
 
 
 def engine_url(source: Any, what: str) -> str:
-    """The URL the engine opens for `source`: a path, a `file://` URL or a zarr-python array
-    on local disk. `what` names the argument in errors."""
+    """The URL the engine opens for `source`: a path, a URL or a zarr-python array on local
+    disk or object storage. `what` names the argument in errors."""
     if isinstance(source, zarr.Array):
         url = zarr_array_url(source)
         if url is None:
             raise ValueError(
                 f"{what}: the zarr array lives in a {type(source.store_path.store).__name__}; "
-                "chunkfuse reads arrays on local disk (pass a path)"
+                "chunkfuse reads arrays on local disk and object storage (pass a path or URL)"
             )
         return url
     if isinstance(source, (str, os.PathLike)):
