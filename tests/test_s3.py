@@ -229,3 +229,24 @@ def test_cubed_and_dask_arrays_opened_from_s3_run_natively(
     np.testing.assert_allclose(got, want, rtol=1e-5)
     s = last_stats()
     assert s.native_tasks > 0 and s.python_tasks == 0, s
+
+
+def test_small_windows_of_sharded_arrays_read_only_their_inner_chunks(
+    s3_server: S3Server, s3_bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    """One ranged GET for each shard's index (its last bytes), then ranged GETs of just the
+    inner chunks wanted: no whole shard, no HEAD."""
+    data = sample((4, 40, 60), seed=3)
+    zarr.create_array(str(tmp_path / "s.zarr"), data=data, chunks=(1, 10, 10), shards=(4, 40, 60))
+    upload(s3_server, s3_bucket, tmp_path / "s.zarr", "s.zarr")
+    url = f"s3://{s3_bucket}/s.zarr"
+    reader = chunkfuse.ArrayReader(url)
+    s3_server.reset_stats()
+    got = chunkfuse.read_windows(reader, [[1, 12, 25], [2, 0, 0]], (2, 5, 5))
+    np.testing.assert_array_equal(got[0], data[1:3, 12:17, 25:30])
+    np.testing.assert_array_equal(got[1], data[2:4, 0:5, 0:5])
+    log = s3_server.request_log
+    assert all(m == "GET" and r is not None for m, _, r in log), log
+    # The index (bytes=-N) and four inner chunks, which object_store may coalesce.
+    assert any(r.startswith("bytes=-") for _, _, r in log if r), log
+    assert 2 <= len(log) <= 5, log

@@ -161,26 +161,120 @@ pub fn read_windows(
             shape: size.to_vec(),
         })
         .collect();
-    // Every chunk touched, with the parts of windows it fills (sorted: storage order).
-    let mut chunks: BTreeMap<Vec<u64>, Pieces> = BTreeMap::new();
-    for (w, window) in windows.iter().enumerate() {
-        for idx in array.grid().chunks_overlapping(window) {
-            let region = array.grid().chunk_region(&idx);
-            if let Some(part) = region.intersect(window) {
-                chunks.entry(idx).or_default().push((w, part));
-            }
-        }
-    }
+    let items = match inner_items(array, &windows)? {
+        Some(items) => items,
+        None => touched(array.grid(), &windows)
+            .into_iter()
+            .map(|(idx, pieces)| Item {
+                req: Some(ReadRequest::whole(array.chunk_key(&idx))),
+                idx,
+                pieces,
+                inner: false,
+            })
+            .collect(),
+    };
     let dest = Destination {
         ptr: out.as_mut_ptr(),
         len: out.len(),
         window_bytes,
         windows,
     };
-    let chunks: Vec<(Vec<u64>, Pieces)> = chunks.into_iter().collect();
     let pool = decode_pool(threads)?;
     let threads = pool.current_num_threads();
-    decode_all(array, &chunks, &dest, &pool, threads)
+    decode_all(array, &items, &dest, &pool, threads)
+}
+
+/// One chunk (or inner chunk of a shard) to read and decode, and where its parts go.
+struct Item {
+    idx: Vec<u64>,
+    /// What to read; `None` for an inner chunk the shard does not store (the fill value).
+    req: Option<ReadRequest>,
+    pieces: Pieces,
+    /// An inner chunk (of the array's inner grid), not a stored chunk or shard.
+    inner: bool,
+}
+
+/// Every chunk of `grid` the windows touch, with the parts of windows it fills, in storage
+/// order.
+fn touched(grid: &crate::array::ChunkGrid, windows: &[Region]) -> BTreeMap<Vec<u64>, Pieces> {
+    let mut chunks: BTreeMap<Vec<u64>, Pieces> = BTreeMap::new();
+    for (w, window) in windows.iter().enumerate() {
+        for idx in grid.chunks_overlapping(window) {
+            if let Some(part) = grid.chunk_region(&idx).intersect(window) {
+                chunks.entry(idx).or_default().push((w, part));
+            }
+        }
+    }
+    chunks
+}
+
+/// For a sharded array whose windows touch under half of the inner chunks of the shards
+/// they reach: the inner chunks to read on their own (each shard's index read first, by
+/// one ranged read per shard). `None` when whole shards are the better read.
+fn inner_items(array: &ZarrArray, windows: &[Region]) -> Result<Option<Vec<Item>>> {
+    let Some(layout) = array.shard_layout() else {
+        return Ok(None);
+    };
+    let inner = touched(&array.inner_grid()?, windows);
+    let mut shards: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
+    for idx in inner.keys() {
+        let n = shards.len();
+        shards.entry(layout.locate(idx).0).or_insert(n);
+    }
+    if 2 * inner.len() as u64 >= shards.len() as u64 * layout.chunks_per_shard() {
+        return Ok(None);
+    }
+    let shard_list: Vec<Vec<u64>> = {
+        let mut v = vec![Vec::new(); shards.len()];
+        for (s, &i) in &shards {
+            v[i] = s.clone();
+        }
+        v
+    };
+    let reqs = shard_list
+        .iter()
+        .map(|s| ReadRequest {
+            key: array.chunk_key(s),
+            range: Some(layout.index_range()),
+        })
+        .collect();
+    let indexes = array
+        .store()
+        .get_many(reqs)
+        .map_err(|e| e.with_array(array.name()))?;
+    let mut ranges = Vec::with_capacity(indexes.len());
+    for (s, index) in shard_list.iter().zip(indexes) {
+        ranges.push(match index {
+            None => None,
+            Some(bytes) => Some(layout.parse_index(&bytes).map_err(|msg| {
+                Error::new(
+                    crate::error::ErrorKind::Corrupt,
+                    format!("cannot read shard index: {msg}"),
+                )
+                .with_array(array.name())
+                .with_chunk_key(array.chunk_key(s))
+                .with_store(array.url())
+            })?),
+        });
+    }
+    let items = inner
+        .into_iter()
+        .map(|(idx, pieces)| {
+            let (shard, pos) = layout.locate(&idx);
+            let at = shards[&shard];
+            let range = ranges[at].as_ref().and_then(|r| r[pos]);
+            Item {
+                req: range.map(|r| ReadRequest {
+                    key: array.chunk_key(&shard),
+                    range: Some(r),
+                }),
+                idx,
+                pieces,
+                inner: true,
+            }
+        })
+        .collect();
+    Ok(Some(items))
 }
 
 /// The decode pool of `threads` threads (0: one per core), made once per size and kept, so
@@ -243,18 +337,18 @@ impl Backlog {
 /// Reads every chunk of `chunks` in batches and decodes each into its windows on `pool`.
 fn decode_all(
     array: &ZarrArray,
-    chunks: &[(Vec<u64>, Pieces)],
+    chunks: &[Item],
     dest: &Destination,
     pool: &rayon::ThreadPool,
     threads: usize,
 ) -> Result<()> {
     let per_batch = CHUNKS_PER_BATCH_PER_THREAD * threads;
-    let batches: Vec<&[(Vec<u64>, Pieces)]> = chunks.chunks(per_batch).collect();
+    let batches: Vec<&[Item]> = chunks.chunks(per_batch).collect();
     let (tx, rx) = mpsc::channel();
     let submit = |b: usize| {
         let reqs = batches[b]
             .iter()
-            .map(|(idx, _)| ReadRequest::whole(array.chunk_key(idx)))
+            .filter_map(|item| item.req.clone())
             .collect();
         let tx = tx.clone();
         array.store().read_batch(
@@ -297,12 +391,18 @@ fn decode_all(
                     break;
                 }
             };
-            backlog.add(values.len());
-            for ((idx, pieces), value) in batches[b].iter().zip(values) {
+            backlog.add(batches[b].len());
+            // Items that read nothing (inner chunks not stored) take no value.
+            let mut values = values.into_iter();
+            let values: Vec<Option<crate::store::Value>> = batches[b]
+                .iter()
+                .map(|item| item.req.as_ref().and_then(|_| values.next().flatten()))
+                .collect();
+            for (item, value) in batches[b].iter().zip(values) {
                 let (backlog, fail, failed) = (&backlog, &fail, &failed);
                 scope.spawn(move |_| {
                     if !failed() {
-                        if let Err(e) = decode_one(array, idx, pieces, value, dest, elem) {
+                        if let Err(e) = decode_one(array, item, value, dest, elem) {
                             fail(e);
                         }
                     }
@@ -331,12 +431,21 @@ fn decode_all(
 /// Decodes chunk `idx` and copies its parts into the windows.
 fn decode_one(
     array: &ZarrArray,
-    idx: &[u64],
-    pieces: &Pieces,
+    item: &Item,
     value: Option<crate::store::Value>,
     dest: &Destination,
     elem: usize,
 ) -> Result<()> {
+    let (idx, pieces) = (&item.idx, &item.pieces);
+    if item.inner {
+        let buf = array.decode_inner(idx, value)?;
+        let region = array.inner_grid()?.chunk_region(idx);
+        for (w, part) in pieces {
+            dest.copy_from(*w, &region, part, buf.bytes(), elem);
+        }
+        crate::array::pool::give(buf.into_bytes());
+        return Ok(());
+    }
     let region = array.grid().chunk_region(idx);
     if let [(w, part)] = pieces.as_slice() {
         if *part == region {

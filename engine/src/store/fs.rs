@@ -150,21 +150,9 @@ impl FsStore {
             }
             Some(r) => {
                 let size = file.metadata()?.len();
-                let end = match r.len {
-                    Some(l) => r.offset + l,
-                    None => size,
-                };
-                if end > size || r.offset > end {
-                    return Err(std::io::Error::new(
-                        IoKind::UnexpectedEof,
-                        format!(
-                            "byte range {}..{end} lies past the end ({size} bytes)",
-                            r.offset
-                        ),
-                    ));
-                }
-                let mut v = vec![0u8; (end - r.offset) as usize];
-                file.read_exact_at(&mut v, r.offset)?;
+                let (start, end) = r.resolve(size).ok_or_else(|| past_end(&r, size))?;
+                let mut v = vec![0u8; (end - start) as usize];
+                file.read_exact_at(&mut v, start)?;
                 Ok(Some(Value::Owned(v)))
             }
         }
@@ -214,6 +202,23 @@ impl FsStore {
         }
         Ok(())
     }
+}
+
+/// The error for a range that does not fit a value of `size` bytes.
+pub(crate) fn past_end(r: &ByteRange, size: u64) -> std::io::Error {
+    let what = if r.from_end {
+        format!("the last {} bytes", r.offset)
+    } else {
+        format!(
+            "byte range {}..{}",
+            r.offset,
+            r.len.map_or(size, |l| r.offset.saturating_add(l))
+        )
+    };
+    std::io::Error::new(
+        IoKind::UnexpectedEof,
+        format!("{what} lie past the end ({size} bytes)"),
+    )
 }
 
 fn io_error(url: &str, key: &str, e: std::io::Error) -> Error {
@@ -456,10 +461,7 @@ mod tests {
             let err = store
                 .get_many(vec![ReadRequest {
                     key: "k".into(),
-                    range: Some(ByteRange {
-                        offset: 2,
-                        len: Some(5),
-                    }),
+                    range: Some(ByteRange::new(2, Some(5))),
                 }])
                 .unwrap_err();
             assert_eq!(err.kind, ErrorKind::Corrupt, "{name}");
@@ -493,10 +495,14 @@ mod tests {
                     if offset + len.unwrap_or(0) <= n as u64 {
                         reqs.push(ReadRequest {
                             key: format!("f/{i}"),
-                            range: Some(ByteRange { offset, len }),
+                            range: Some(ByteRange::new(offset, len)),
                         });
                     }
                 }
+                reqs.push(ReadRequest {
+                    key: format!("f/{i}"),
+                    range: Some(ByteRange::last(n.min(5000) as u64)),
+                });
             }
         }
         reqs.push(ReadRequest::whole("f/missing"));

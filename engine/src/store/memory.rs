@@ -52,6 +52,10 @@ impl Store for MemoryStore {
                 .map(|r| {
                     m.get(&r.key).map(|v| match r.range {
                         None => Value::Owned(v.clone()),
+                        Some(br) if br.from_end => {
+                            let n = (br.offset as usize).min(v.len());
+                            Value::Owned(v[v.len() - n..].to_vec())
+                        }
                         Some(br) => {
                             let start = (br.offset as usize).min(v.len());
                             let end = br

@@ -26,10 +26,45 @@ pub struct ReadRequest {
 /// A byte range of a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteRange {
-    /// First byte.
+    /// First byte (counted from the end when `from_end`).
     pub offset: u64,
     /// Number of bytes, or `None` for "to the end".
     pub len: Option<u64>,
+    /// The range is the last `offset` bytes (`len` is ignored): read without knowing the
+    /// value's size, as a shard index at the end is.
+    pub from_end: bool,
+}
+
+impl ByteRange {
+    /// `len` bytes from `offset` (`None`: to the end).
+    pub fn new(offset: u64, len: Option<u64>) -> Self {
+        ByteRange {
+            offset,
+            len,
+            from_end: false,
+        }
+    }
+
+    /// The last `n` bytes.
+    pub fn last(n: u64) -> Self {
+        ByteRange {
+            offset: n,
+            len: None,
+            from_end: true,
+        }
+    }
+
+    /// The absolute `(start, end)` of the range in a value of `size` bytes, or `None` when it
+    /// does not fit.
+    pub fn resolve(&self, size: u64) -> Option<(u64, u64)> {
+        if self.from_end {
+            return (self.offset <= size).then(|| (size - self.offset, size));
+        }
+        let end = self
+            .len
+            .map_or(Some(size), |l| self.offset.checked_add(l))?;
+        (end <= size && self.offset <= end).then_some((self.offset, end))
+    }
 }
 
 impl ReadRequest {
@@ -200,17 +235,15 @@ pub mod conformance {
             .get_many(vec![
                 ReadRequest {
                     key: "a/b/c".into(),
-                    range: Some(ByteRange {
-                        offset: 6,
-                        len: Some(5),
-                    }),
+                    range: Some(ByteRange::new(6, Some(5))),
                 },
                 ReadRequest {
                     key: "a/b/c".into(),
-                    range: Some(ByteRange {
-                        offset: 2,
-                        len: None,
-                    }),
+                    range: Some(ByteRange::new(2, None)),
+                },
+                ReadRequest {
+                    key: "a/b/c".into(),
+                    range: Some(ByteRange::last(4)),
                 },
                 ReadRequest::whole("nope"),
                 ReadRequest::whole("a/d"),
@@ -218,8 +251,9 @@ pub mod conformance {
             .unwrap();
         assert_eq!(r[0].as_deref(), Some(&b"world"[..]));
         assert_eq!(r[1].as_deref(), Some(&b"llo world"[..]));
-        assert!(r[2].is_none());
-        assert_eq!(r[3].as_deref(), Some(&b"xyz"[..]));
+        assert_eq!(r[2].as_deref(), Some(&b"orld"[..]));
+        assert!(r[3].is_none());
+        assert_eq!(r[4].as_deref(), Some(&b"xyz"[..]));
         assert_eq!(store.size_of("a/d").unwrap(), Some(3));
         assert_eq!(store.list_prefix("a/").unwrap(), vec!["a/b/c", "a/d"]);
         store.set("a/d", b"replaced".to_vec()).unwrap();

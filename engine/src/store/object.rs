@@ -266,13 +266,13 @@ fn describe(e: &object_store::Error) -> String {
 }
 
 /// The requests of a batch for one object, by request index: whole reads, bounded ranges,
-/// and ranges to the end (by offset).
-type ObjectRequests = (Vec<usize>, Vec<(usize, Range<u64>)>, Vec<(usize, u64)>);
+/// and open ranges (to the end, or the last bytes).
+type ObjectRequests = (Vec<usize>, Vec<(usize, Range<u64>)>, Vec<(usize, GetRange)>);
 
 /// Reads of one object: whole, or these ranges (with the request index of each).
 enum ObjectReads {
     Whole(Vec<usize>),
-    Ranges(Vec<(usize, Range<u64>)>, Vec<(usize, u64)>),
+    Ranges(Vec<(usize, Range<u64>)>, Vec<(usize, GetRange)>),
 }
 
 /// Reads everything `reqs` asks of the object at `path`, into `out` by request index.
@@ -308,9 +308,9 @@ async fn read_object(
                     Err(e) => return Err(e),
                 }
             }
-            for (i, offset) in open {
+            for (i, range) in open {
                 let opts = GetOptions {
-                    range: Some(GetRange::Offset(offset)),
+                    range: Some(range),
                     ..Default::default()
                 };
                 match store.get_opts(&path, opts).await {
@@ -342,9 +342,10 @@ impl Store for ObjectBackend {
             let g = groups.entry(r.key.as_str()).or_default();
             match r.range {
                 None => g.0.push(i),
+                Some(br) if br.from_end => g.2.push((i, GetRange::Suffix(br.offset))),
                 Some(br) => match br.len {
                     Some(len) => g.1.push((i, br.offset..br.offset + len)),
-                    None => g.2.push((i, br.offset)),
+                    None => g.2.push((i, GetRange::Offset(br.offset))),
                 },
             }
         }

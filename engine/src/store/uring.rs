@@ -328,19 +328,9 @@ fn prepare(
     let size = meta.len();
     let (offset, end) = match read.range {
         None => (0, size),
-        Some(r) => {
-            let end = r.len.map_or(size, |l| r.offset + l);
-            if end > size || r.offset > end {
-                return Err(std::io::Error::new(
-                    IoKind::UnexpectedEof,
-                    format!(
-                        "byte range {}..{end} lies past the end ({size} bytes)",
-                        r.offset
-                    ),
-                ));
-            }
-            (r.offset, end)
-        }
+        Some(r) => r
+            .resolve(size)
+            .ok_or_else(|| super::fs::past_end(&r, size))?,
     };
     let want = (end - offset) as usize;
     let (file_offset, target, skip, buf) = if direct {

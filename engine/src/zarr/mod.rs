@@ -7,6 +7,7 @@
 
 mod create;
 mod metadata;
+pub mod shard;
 
 pub use create::{ArraySpec, Codec};
 pub use metadata::exists as array_exists;
@@ -40,6 +41,8 @@ pub struct ZarrArray {
     fast_encode: Option<ZstdParams>,
     /// Every value of the array, decoded, while a stage shares it among its tasks.
     resident: std::sync::Mutex<Option<Arc<Buffer>>>,
+    /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone.
+    shard: Option<Arc<shard::ShardLayout>>,
 }
 
 /// zstd settings of a chunk format the engine encodes itself (see `detect_fast_encode`).
@@ -283,19 +286,26 @@ impl ZarrArray {
         let info = metadata::describe(&meta, &raw, dtype);
         let fast = detect_fast_codec(&raw);
         let fast_encode = detect_fast_encode(&raw);
+        let grid = ChunkGrid::new(axes);
+        let shard = info
+            .shards
+            .as_ref()
+            .and_then(|s| shard::ShardLayout::from_metadata(&raw, s))
+            .map(Arc::new);
         Ok(ZarrArray {
             name: url.clone(),
             url,
             store,
             meta,
             dtype,
-            grid: ChunkGrid::new(axes),
+            grid,
             fill,
             info,
             options: codec_options(),
             fast,
             fast_encode,
             resident: std::sync::Mutex::new(None),
+            shard,
         })
     }
 
@@ -464,6 +474,53 @@ impl ZarrArray {
                 Ok(())
             }
         }
+    }
+
+    /// Where inner chunks lie in the shards, when they can be read one by one.
+    pub fn shard_layout(&self) -> Option<&shard::ShardLayout> {
+        self.shard.as_deref()
+    }
+
+    /// The grid of inner chunks of a sharded array (the chunk grid otherwise).
+    pub fn inner_grid(&self) -> Result<ChunkGrid> {
+        match &self.shard {
+            Some(s) => ChunkGrid::regular(&self.grid.shape(), &s.inner_chunk),
+            None => Ok(self.grid.clone()),
+        }
+    }
+
+    /// Decodes inner chunk `inner` (an index of [`inner_grid`](Self::inner_grid)) from its
+    /// stored bytes (the fill value when `None`) into a buffer over its region in the array.
+    pub fn decode_inner(
+        &self,
+        inner: &[u64],
+        bytes: Option<crate::store::Value>,
+    ) -> Result<Buffer> {
+        let layout = self
+            .shard
+            .as_ref()
+            .ok_or_else(|| Error::internal("inner chunk read of an array without shards"))?;
+        let region = self.inner_grid()?.chunk_region(inner);
+        let Some(bytes) = bytes else {
+            return Ok(Buffer::filled(
+                self.dtype,
+                region.len() as usize,
+                &self.fill,
+            ));
+        };
+        let (shard_idx, pos) = layout.locate(inner);
+        let decoded = layout
+            .decode(&bytes, &self.meta, &self.options)
+            .map_err(|e| {
+                e.with_array(&self.name)
+                    .with_chunk_key(format!(
+                        "{} (inner chunk {pos})",
+                        self.chunk_key(&shard_idx)
+                    ))
+                    .with_store(&self.url)
+            })?;
+        let full = Buffer::from_bytes(self.dtype, decoded)?;
+        self.crop(full, &region, layout.inner_chunk.clone())
     }
 
     /// The part of a decoded (padded) chunk that lies inside the array.

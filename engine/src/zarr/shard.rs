@@ -1,0 +1,199 @@
+//! Inner chunks of sharded Zarr v3 arrays read on their own: a shard's index comes from one
+//! ranged read (the last or first bytes, no size lookup first), then only the inner chunks
+//! wanted are fetched (ranged reads, which object stores coalesce) and decoded with the
+//! inner codecs. Used by direct reads of small windows, where whole shards would be waste.
+
+use std::borrow::Cow;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use zarrs::array::{ArrayToBytesCodecTraits, CodecChain, CodecOptions};
+use zarrs::metadata::v3::MetadataV3;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::ByteRange;
+
+/// Where a sharded array's inner chunks lie and how they are encoded.
+pub struct ShardLayout {
+    /// Inner chunk shape.
+    pub inner_chunk: Vec<u64>,
+    /// Inner chunks per shard, per axis.
+    pub per_shard: Vec<u64>,
+    index_at_end: bool,
+    checksum: bool,
+    codecs: Arc<CodecChain>,
+}
+
+impl std::fmt::Debug for ShardLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardLayout")
+            .field("inner_chunk", &self.inner_chunk)
+            .field("per_shard", &self.per_shard)
+            .finish()
+    }
+}
+
+/// The location of one inner chunk inside its shard, or `None` when it is not stored.
+pub type InnerRange = Option<ByteRange>;
+
+impl ShardLayout {
+    /// The layout of an array whose whole codec list is one `sharding_indexed` codec with the
+    /// standard index codecs (`bytes` little-endian, optionally `crc32c`); `None` otherwise
+    /// (such arrays are read shard by shard).
+    pub fn from_metadata(raw: &serde_json::Value, shard_shape: &[u64]) -> Option<ShardLayout> {
+        let codecs = raw.get("codecs")?.as_array()?;
+        let [sharding] = codecs.as_slice() else {
+            return None;
+        };
+        if sharding.get("name")?.as_str()? != "sharding_indexed" {
+            return None;
+        }
+        let cfg = sharding.get("configuration")?;
+        let inner_chunk: Vec<u64> = serde_json::from_value(cfg.get("chunk_shape")?.clone()).ok()?;
+        if inner_chunk.len() != shard_shape.len()
+            || inner_chunk.contains(&0)
+            || shard_shape
+                .iter()
+                .zip(&inner_chunk)
+                .any(|(s, c)| s % c != 0)
+        {
+            return None;
+        }
+        let index_names: Vec<&str> = cfg
+            .get("index_codecs")?
+            .as_array()?
+            .iter()
+            .map(|c| c.get("name").and_then(|n| n.as_str()))
+            .collect::<Option<_>>()?;
+        let checksum = match index_names.as_slice() {
+            ["bytes"] => false,
+            ["bytes", "crc32c"] => true,
+            _ => return None,
+        };
+        let little = cfg.get("index_codecs")?.as_array()?[0]
+            .get("configuration")
+            .and_then(|c| c.get("endian"))
+            .and_then(|e| e.as_str())
+            .is_none_or(|e| e == "little");
+        if !little {
+            return None;
+        }
+        let index_at_end = cfg
+            .get("index_location")
+            .and_then(|l| l.as_str())
+            .is_none_or(|l| l == "end");
+        let inner: Vec<MetadataV3> = serde_json::from_value(cfg.get("codecs")?.clone()).ok()?;
+        let codecs = CodecChain::from_metadata(&inner).ok()?;
+        Some(ShardLayout {
+            per_shard: shard_shape
+                .iter()
+                .zip(&inner_chunk)
+                .map(|(s, c)| s / c)
+                .collect(),
+            inner_chunk,
+            index_at_end,
+            checksum,
+            codecs: Arc::new(codecs),
+        })
+    }
+
+    /// Inner chunks per shard.
+    pub fn chunks_per_shard(&self) -> u64 {
+        self.per_shard.iter().product()
+    }
+
+    /// The byte range of a shard's index.
+    pub fn index_range(&self) -> ByteRange {
+        let len = 16 * self.chunks_per_shard() + if self.checksum { 4 } else { 0 };
+        if self.index_at_end {
+            ByteRange::last(len)
+        } else {
+            ByteRange::new(0, Some(len))
+        }
+    }
+
+    /// The location of every inner chunk (C order within the shard) from the index bytes.
+    pub fn parse_index(&self, index: &[u8]) -> std::result::Result<Vec<InnerRange>, String> {
+        let n = self.chunks_per_shard() as usize;
+        let want = 16 * n + if self.checksum { 4 } else { 0 };
+        if index.len() != want {
+            return Err(format!(
+                "shard index holds {} bytes, {want} expected",
+                index.len()
+            ));
+        }
+        if self.checksum {
+            let stored = u32::from_le_bytes([
+                index[16 * n],
+                index[16 * n + 1],
+                index[16 * n + 2],
+                index[16 * n + 3],
+            ]);
+            let actual = crc32c::crc32c(&index[..16 * n]);
+            if stored != actual {
+                return Err(format!(
+                    "shard index checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
+                ));
+            }
+        }
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&index[8 * i..8 * i + 8]);
+            u64::from_le_bytes(b)
+        };
+        Ok((0..n)
+            .map(|i| {
+                let (offset, len) = (word(2 * i), word(2 * i + 1));
+                (offset != u64::MAX || len != u64::MAX).then_some(ByteRange::new(offset, Some(len)))
+            })
+            .collect())
+    }
+
+    /// Position (C order) of inner chunk `inner` (array-wide inner grid index) within its
+    /// shard, and the shard's index.
+    pub fn locate(&self, inner: &[u64]) -> (Vec<u64>, usize) {
+        let shard: Vec<u64> = inner
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(i, p)| i / p)
+            .collect();
+        let mut pos = 0u64;
+        for (d, i) in inner.iter().enumerate() {
+            pos = pos * self.per_shard[d] + i % self.per_shard[d];
+        }
+        (shard, pos as usize)
+    }
+
+    /// Decodes one inner chunk's bytes into its full (unclipped) inner chunk shape.
+    pub fn decode(
+        &self,
+        bytes: &[u8],
+        meta: &zarrs::array::Array<zarrs::storage::store::MemoryStore>,
+        options: &CodecOptions,
+    ) -> Result<Vec<u8>> {
+        let shape: Vec<NonZeroU64> = self
+            .inner_chunk
+            .iter()
+            .map(|&c| NonZeroU64::new(c).ok_or_else(|| Error::internal("empty inner chunk")))
+            .collect::<Result<_>>()?;
+        self.codecs
+            .decode(
+                Cow::Borrowed(bytes),
+                &shape,
+                meta.data_type(),
+                meta.fill_value(),
+                options,
+            )
+            .and_then(|b| {
+                b.into_fixed()
+                    .map_err(|e| zarrs::array::CodecError::Other(e.to_string()))
+            })
+            .map(|b| b.into_owned())
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Corrupt,
+                    format!("cannot decode inner chunk: {e}"),
+                )
+            })
+    }
+}
