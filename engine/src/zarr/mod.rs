@@ -162,6 +162,41 @@ fn zstd_decode(src: &[u8], len: usize) -> std::result::Result<Vec<u8>, String> {
     }
 }
 
+thread_local! {
+    static ZSTD_STREAM: std::cell::RefCell<Option<zstd::stream::raw::Decoder<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// zstd-decompresses only the first `dst.len()` bytes of the frame `src` into `dst`,
+/// stopping there (a window near the start of a chunk costs part of its decode).
+fn zstd_decode_prefix(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+    use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+    ZSTD_STREAM.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::stream::raw::Decoder::new().map_err(|e| e.to_string())?);
+        }
+        let Some(d) = slot.as_mut() else {
+            return Err("no zstd decompressor".to_string());
+        };
+        d.reinit().map_err(|e| e.to_string())?;
+        let mut input = InBuffer::around(src);
+        let mut output = OutBuffer::around(dst);
+        while output.pos() < output.capacity() {
+            let before = (input.pos(), output.pos());
+            d.run(&mut input, &mut output).map_err(|e| e.to_string())?;
+            if (input.pos(), output.pos()) == before {
+                return Err(format!(
+                    "zstd frame ends after {} bytes, before the {} wanted",
+                    output.pos(),
+                    output.capacity()
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
 /// zstd-decompresses `src` into exactly `dst` (an error unless the frame fills it).
 fn zstd_decode_into(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
     let len = dst.len();
@@ -474,6 +509,28 @@ impl ZarrArray {
                 Ok(())
             }
         }
+    }
+
+    /// True when the first bytes of chunk `idx` can be decoded alone (see
+    /// [`decode_chunk_prefix`](Self::decode_chunk_prefix)): zstd chunks inside the array.
+    pub fn prefix_decodable(&self, idx: &[u64]) -> bool {
+        self.fast == Some(FastCodec::Zstd)
+            && self
+                .encoded_chunk_shape(idx)
+                .is_ok_and(|s| s == self.grid.chunk_region(idx).shape)
+    }
+
+    /// Decodes only the first `prefix` bytes of chunk `idx` (C order) from its stored bytes.
+    pub fn decode_chunk_prefix(&self, idx: &[u64], bytes: &[u8], prefix: usize) -> Result<Vec<u8>> {
+        let mut out = crate::array::pool::take(prefix);
+        out.resize(prefix, 0);
+        zstd_decode_prefix(bytes, &mut out).map_err(|msg| {
+            Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
+                .with_array(&self.name)
+                .with_chunk_key(self.chunk_key(idx))
+                .with_store(&self.url)
+        })?;
+        Ok(out)
     }
 
     /// Where inner chunks lie in the shards, when they can be read one by one.
