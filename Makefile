@@ -79,7 +79,7 @@ demo: develop
 	$(PY) scripts/demo.py
 
 bench: develop
-	$(PY) -m pip install --quiet matplotlib
+	$(PY) -m pip install --quiet matplotlib tensorstore zarrs
 	$(PY) bench/run.py
 
 fmt:

@@ -706,6 +706,25 @@ def main(argv: list[str] | None = None) -> int:
         print("dask scheduler overhead:", file=sys.stderr)
         lines = overhead_lines(100_000, args.threads)
         report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
+    storage_failed: list[str] = []
+    if "storage" not in skip:
+        # (g) Full reads and random crops against zarr-python, zarrs-python and tensorstore,
+        # from local disk and from a loopback S3 server (bench/storage.py).
+        from storage import storage_lines
+
+        print("storage:", file=sys.stderr)
+        lines = storage_lines(
+            args.threads,
+            source,
+            binary=binary,
+            repeat=args.repeat,
+            s3_time=min(16, args.time),
+            data_dir=args.data,
+            skip=skip,
+            measure=measure,
+            failures=storage_failed,
+        )
+        report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
     print(report.read_text())
     print(f"wrote {report}", file=sys.stderr)
     failed = [r for r in rows if r.seconds is None] + [
@@ -717,11 +736,14 @@ def main(argv: list[str] | None = None) -> int:
     chunkfuse_failed = [
         r for r in failed if r.tool.startswith("chunkfuse") or r.tool == "RustExecutor"
     ]
-    if chunkfuse_failed or (args.quick and failed):
+    storage_failed = [f for f in storage_failed if args.quick or " chunkfuse" in f]
+    if chunkfuse_failed or (args.quick and failed) or storage_failed:
         for r in failed:
             print(
                 f"FAILED: {r.op} {r.tool}: {r.note or checks.get((r.op, r.tool))}", file=sys.stderr
             )
+        for f in storage_failed:
+            print(f"FAILED: storage {f}", file=sys.stderr)
         return 1
     return 0
 

@@ -139,3 +139,23 @@ def test_corrupt_shard_index_is_named(tmp_path: Path) -> None:
     shard.write_bytes(bytes(raw))
     with pytest.raises(RuntimeError, match=r"c/0/0.*shard index checksum"):
         chunkfuse.read_windows(tmp_path / "s.zarr", [[0, 0]], (1, 1))
+
+
+def test_reads_into_a_reused_out_array(arrays: dict[str, tuple[Path, np.ndarray]]) -> None:
+    path, data = arrays["sharded"]
+    out = np.full(data.shape, -1, dtype=data.dtype)
+    assert chunkfuse.read(path, out=out) is out
+    np.testing.assert_array_equal(out, data)
+    box = np.empty((2, 5, 6), dtype=data.dtype)
+    assert chunkfuse.read(path, (slice(1, 3), slice(4, 9), slice(0, 6)), out=box) is box
+    np.testing.assert_array_equal(box, data[1:3, 4:9, 0:6])
+    crops = np.empty((2, 3, 4, 5), dtype=data.dtype)
+    got = chunkfuse.read_windows(path, [[0, 0, 0], [5, 30, 40]], (3, 4, 5), out=crops)
+    assert got.base is crops or got is crops
+    np.testing.assert_array_equal(crops[1], data[5:8, 30:34, 40:45])
+    with pytest.raises(ValueError, match="float32"):
+        chunkfuse.read(path, out=np.empty(data.shape, "float64"))
+    with pytest.raises(ValueError, match="elements"):
+        chunkfuse.read(path, out=np.empty(3, data.dtype))
+    with pytest.raises(ValueError, match="steps"):
+        chunkfuse.read(path, (slice(None, None, 2),), out=np.empty(5, data.dtype))

@@ -39,15 +39,33 @@ def _reader(source: Source) -> ArrayReader:
 
 
 def _fill(
-    reader: ArrayReader, starts: list[list[int]], size: list[int], threads: int
+    reader: ArrayReader,
+    starts: list[list[int]],
+    size: list[int],
+    threads: int,
+    out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
-    """The windows of `size` at `starts`, read into a new ``(n, *size)`` array."""
+    """The windows of `size` at `starts`, read into `out` (or a new array), returned as an
+    ``(n, *size)`` array."""
     dtype = np.dtype(reader.dtype)
-    out = np.empty((len(starts), *size), dtype=dtype)
-    # numpy allocates large arrays lazily (and on huge pages where it can): the decode
-    # threads, not this one, touch the memory first.
-    reader.read_into(starts, size, out.reshape(-1).view(np.uint8), threads)
-    return out
+    shape = (len(starts), *size)
+    if out is None:
+        # numpy allocates large arrays lazily (and on huge pages where it can): the decode
+        # threads, not this one, touch the memory first.
+        target = np.empty(shape, dtype=dtype)
+    else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+        if out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError(
+                f"out must be a writable C-contiguous {dtype} array, got a "
+                f"{'' if out.flags.c_contiguous else 'non-contiguous '}{out.dtype} array"
+            )
+        if out.size != int(np.prod(shape)):
+            raise ValueError(f"out holds {out.size} elements, the read gives {np.prod(shape)}")
+        target = out.reshape(shape)
+    reader.read_into(starts, size, target.reshape(-1).view(np.uint8), threads)
+    return target
 
 
 def _expand(selection: Selection, rank: int) -> list[Any]:
@@ -106,20 +124,31 @@ def _bounds(
 
 
 def read(
-    source: Source, selection: Selection = None, *, threads: int = 0, io: str | None = None
+    source: Source,
+    selection: Selection = None,
+    *,
+    out: npt.NDArray[Any] | None = None,
+    threads: int = 0,
+    io: str | None = None,
 ) -> npt.NDArray[Any]:
     """Read the array at `source` (a path or URL, or an open `ArrayReader`), or a basic
-    `selection` of it (as ``zarr_array[selection]``), into a new numpy array; `threads`
-    decode threads (0: one per core); `io` sets how local files are read (see
-    `chunkfuse.set_io`)."""
+    `selection` of it (as ``zarr_array[selection]``), into a new numpy array, or into `out`
+    (a C-contiguous array of the result's dtype and size, reused across calls: no new
+    memory to fault in; selections with steps take no `out`); `threads` decode threads (0:
+    one per core); `io` sets how local files are read (see `chunkfuse.set_io`)."""
     iomode.apply(io)
     reader = _reader(source)
     shape = tuple(int(n) for n in reader.shape)
     if selection is None:
-        return _fill(reader, [[0] * len(shape)], list(shape), threads)[0]
+        whole = _fill(reader, [[0] * len(shape)], list(shape), threads, out)[0]
+        return whole if out is None else out
     start, size, local, strided = _bounds(selection, shape)
-    out = _fill(reader, [start], size, threads)[0][local]
-    return np.ascontiguousarray(out) if strided else out
+    if out is not None and strided:
+        raise ValueError("out cannot take a selection with steps")
+    box = _fill(reader, [start], size, threads, out)[0][local]
+    if out is not None:
+        return out
+    return np.ascontiguousarray(box) if strided else box
 
 
 def read_windows(
@@ -127,13 +156,15 @@ def read_windows(
     starts: npt.ArrayLike,
     shape: Sequence[int],
     *,
+    out: npt.NDArray[Any] | None = None,
     threads: int = 0,
     io: str | None = None,
 ) -> npt.NDArray[Any]:
     """Read the windows of `shape` whose first corners are the rows of `starts` (an
-    ``(n, ndim)`` array of non-negative ints) into one ``(n, *shape)`` numpy array, read
-    concurrently; each chunk the windows touch is read and decoded once. Open the array once
-    with ``ArrayReader(url)`` and pass that to skip reading its metadata on every call."""
+    ``(n, ndim)`` array of non-negative ints) into one ``(n, *shape)`` numpy array (or into
+    `out`, reused across calls), read concurrently; each chunk the windows touch is read and
+    decoded once. Open the array once with ``ArrayReader(url)`` and pass that to skip
+    reading its metadata on every call."""
     iomode.apply(io)
     reader = _reader(source)
     corners = np.asarray(starts)
@@ -147,4 +178,4 @@ def read_windows(
     size = [int(s) for s in shape]
     if any(s < 0 for s in size):
         raise ValueError(f"window shape must be non-negative, got {tuple(size)}")
-    return _fill(reader, corners.tolist(), size, threads)
+    return _fill(reader, corners.tolist(), size, threads, out)

@@ -20,17 +20,23 @@ pub fn exists(store: &dyn Store) -> Result<bool> {
 
 /// Reads and parses the metadata at the store root, v3 first.
 pub fn read(store: &dyn Store) -> Result<(ArrayMetadata, serde_json::Value)> {
-    let docs = store.get_many(vec![
-        ReadRequest::whole(V3_KEY),
-        ReadRequest::whole(V2_KEY),
-        ReadRequest::whole(V2_ATTRS_KEY),
-    ])?;
-    let mut docs = docs.into_iter();
-    let (v3, v2, attrs) = (
-        docs.next().flatten(),
-        docs.next().flatten(),
-        docs.next().flatten(),
-    );
+    // Zarr v3 first: one request for the common case (a round trip on object storage);
+    // the v2 documents only when there is no zarr.json.
+    let v3 = store
+        .get_many(vec![ReadRequest::whole(V3_KEY)])?
+        .pop()
+        .flatten();
+    let (v2, attrs) = if v3.is_some() {
+        (None, None)
+    } else {
+        let mut docs = store
+            .get_many(vec![
+                ReadRequest::whole(V2_KEY),
+                ReadRequest::whole(V2_ATTRS_KEY),
+            ])?
+            .into_iter();
+        (docs.next().flatten(), docs.next().flatten())
+    };
     let (doc, key) = match (v3, v2) {
         (Some(d), _) => (d, V3_KEY),
         (None, Some(d)) => (d, V2_KEY),
