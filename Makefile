@@ -79,7 +79,7 @@ demo: develop
 	$(PY) scripts/demo.py
 
 bench: develop
-	$(PY) -m pip install --quiet matplotlib tensorstore zarrs
+	$(PY) -m pip install --quiet matplotlib tensorstore zarrs obstore
 	$(PY) bench/run.py
 
 fmt:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -216,15 +217,15 @@ def versions(binary: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
     out["chunkfuse"] = proc.stdout.strip() or "unknown"
-    for name in ("numpy", "zarr", "dask", "tensorstore", "cubed"):
+    for name in ("numpy", "zarr", "dask", "tensorstore", "zarrs", "cubed"):
         if importlib.util.find_spec(name) is None:
             out[name] = "not installed"
             continue
         try:
-            module = __import__(name)
-            out[name] = str(getattr(module, "__version__", "?"))
-        except Exception as exc:  # noqa: BLE001 - a broken peer must not stop the benchmark
-            out[name] = f"import failed: {exc}"
+            # The installed distribution's version (tensorstore has no __version__).
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "?"
     return out
 
 
