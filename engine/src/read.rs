@@ -17,8 +17,10 @@ use crate::zarr::ZarrArray;
 
 /// Chunks per IO batch, per compute thread.
 const CHUNKS_PER_BATCH_PER_THREAD: usize = 2;
-/// Batches read ahead of the decoder.
+/// Batches read ahead of the decoder (local stores; see `batches_ahead`).
 const BATCHES_AHEAD: usize = 3;
+/// Batches read ahead from stores where every request is a network round trip.
+const REMOTE_BATCHES_AHEAD: usize = 16;
 
 /// Opens the array at `url` for reading.
 pub fn open_array(url: &str, io_threads: usize) -> Result<ZarrArray> {
@@ -370,7 +372,13 @@ fn decode_all(
         changed: Condvar::new(),
     };
     let elem = array.dtype().size();
-    let ahead = BATCHES_AHEAD.min(batches.len());
+    // Encoded bytes waiting for the decoder stay within `depth` batches.
+    let depth = if array.store().latency_bound() {
+        REMOTE_BATCHES_AHEAD
+    } else {
+        BATCHES_AHEAD
+    };
+    let ahead = depth.min(batches.len());
     for b in 0..ahead {
         submit(b);
     }
@@ -414,7 +422,7 @@ fn decode_all(
             }
             if next < batches.len() {
                 // Keep at most a few batches of encoded bytes waiting for the decoder.
-                backlog.wait_below(BATCHES_AHEAD * per_batch);
+                backlog.wait_below(depth * per_batch);
                 submit(next);
                 next += 1;
             }

@@ -162,6 +162,12 @@ pub trait Store: Send + Sync {
     /// True when the backend reads byte ranges without fetching the whole value.
     fn supports_partial_reads(&self) -> bool;
 
+    /// True when each request pays a network round trip, so readers should keep many
+    /// requests in flight rather than a few batches ahead of the decoder.
+    fn latency_bound(&self) -> bool {
+        false
+    }
+
     /// Removes what a killed writer left of unfinished atomic writes (never visible as keys).
     /// Stores whose writes leave nothing behind need not override it.
     fn remove_abandoned_writes(&self) -> Result<()> {

@@ -497,6 +497,10 @@ impl Store for ObjectBackend {
     fn supports_partial_reads(&self) -> bool {
         true
     }
+
+    fn latency_bound(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
