@@ -217,7 +217,7 @@ fn inner_items(array: &ZarrArray, windows: &[Region]) -> Result<Option<Vec<Item>
     let Some(layout) = array.shard_layout() else {
         return Ok(None);
     };
-    let inner = touched(&array.inner_grid()?, windows);
+    let inner = touched(array.inner_grid(), windows);
     let mut shards: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
     for idx in inner.keys() {
         let n = shards.len();
@@ -447,7 +447,7 @@ fn decode_one(
     let (idx, pieces) = (&item.idx, &item.pieces);
     if item.inner {
         let buf = array.decode_inner(idx, value)?;
-        let region = array.inner_grid()?.chunk_region(idx);
+        let region = array.inner_grid().chunk_region(idx);
         for (w, part) in pieces {
             dest.copy_from(*w, &region, part, buf.bytes(), elem);
         }

@@ -41,8 +41,9 @@ pub struct ZarrArray {
     fast_encode: Option<ZstdParams>,
     /// Every value of the array, decoded, while a stage shares it among its tasks.
     resident: std::sync::Mutex<Option<Arc<Buffer>>>,
-    /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone.
-    shard: Option<Arc<shard::ShardLayout>>,
+    /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone,
+    /// and the grid of those inner chunks.
+    shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
 }
 
 /// zstd settings of a chunk format the engine encodes itself (see `detect_fast_encode`).
@@ -322,11 +323,17 @@ impl ZarrArray {
         let fast = detect_fast_codec(&raw);
         let fast_encode = detect_fast_encode(&raw);
         let grid = ChunkGrid::new(axes);
-        let shard = info
+        let shard = match info
             .shards
             .as_ref()
             .and_then(|s| shard::ShardLayout::from_metadata(&raw, s))
-            .map(Arc::new);
+        {
+            Some(layout) => {
+                let inner = ChunkGrid::regular(&grid.shape(), &layout.inner_chunk)?;
+                Some((Arc::new(layout), inner))
+            }
+            None => None,
+        };
         Ok(ZarrArray {
             name: url.clone(),
             url,
@@ -428,14 +435,8 @@ impl ZarrArray {
                 &self.fill,
             ));
         };
-        let key = self.chunk_key(idx);
         let encoded_shape = self.encoded_chunk_shape(idx)?;
-        let corrupt = |msg: String| {
-            Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
-                .with_array(&self.name)
-                .with_chunk_key(&key)
-                .with_store(&self.url)
-        };
+        let corrupt = |msg: String| self.corrupt_chunk(idx, msg);
         let len = encoded_shape.iter().product::<u64>() as usize * self.dtype.size();
         if self.fast == Some(FastCodec::Zstd) {
             let out = zstd_decode(&bytes, len).map_err(corrupt);
@@ -487,12 +488,7 @@ impl ZarrArray {
             (Some(bytes), Some(FastCodec::Zstd)) if interior => {
                 let r = zstd_decode_into(&bytes, dst);
                 bytes.recycle();
-                r.map_err(|msg| {
-                    Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
-                        .with_array(&self.name)
-                        .with_chunk_key(self.chunk_key(idx))
-                        .with_store(&self.url)
-                })
+                r.map_err(|msg| self.corrupt_chunk(idx, msg))
             }
             (bytes, _) => {
                 let buf = self.decode_chunk(idx, bytes)?;
@@ -524,26 +520,26 @@ impl ZarrArray {
     pub fn decode_chunk_prefix(&self, idx: &[u64], bytes: &[u8], prefix: usize) -> Result<Vec<u8>> {
         let mut out = crate::array::pool::take(prefix);
         out.resize(prefix, 0);
-        zstd_decode_prefix(bytes, &mut out).map_err(|msg| {
-            Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
-                .with_array(&self.name)
-                .with_chunk_key(self.chunk_key(idx))
-                .with_store(&self.url)
-        })?;
+        zstd_decode_prefix(bytes, &mut out).map_err(|msg| self.corrupt_chunk(idx, msg))?;
         Ok(out)
+    }
+
+    /// The error for chunk `idx` whose stored bytes do not decode.
+    fn corrupt_chunk(&self, idx: &[u64], msg: String) -> Error {
+        Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
+            .with_array(&self.name)
+            .with_chunk_key(self.chunk_key(idx))
+            .with_store(&self.url)
     }
 
     /// Where inner chunks lie in the shards, when they can be read one by one.
     pub fn shard_layout(&self) -> Option<&shard::ShardLayout> {
-        self.shard.as_deref()
+        self.shard.as_ref().map(|(layout, _)| layout.as_ref())
     }
 
     /// The grid of inner chunks of a sharded array (the chunk grid otherwise).
-    pub fn inner_grid(&self) -> Result<ChunkGrid> {
-        match &self.shard {
-            Some(s) => ChunkGrid::regular(&self.grid.shape(), &s.inner_chunk),
-            None => Ok(self.grid.clone()),
-        }
+    pub fn inner_grid(&self) -> &ChunkGrid {
+        self.shard.as_ref().map_or(&self.grid, |(_, grid)| grid)
     }
 
     /// Decodes inner chunk `inner` (an index of [`inner_grid`](Self::inner_grid)) from its
@@ -554,10 +550,9 @@ impl ZarrArray {
         bytes: Option<crate::store::Value>,
     ) -> Result<Buffer> {
         let layout = self
-            .shard
-            .as_ref()
+            .shard_layout()
             .ok_or_else(|| Error::internal("inner chunk read of an array without shards"))?;
-        let region = self.inner_grid()?.chunk_region(inner);
+        let region = self.inner_grid().chunk_region(inner);
         let Some(bytes) = bytes else {
             return Ok(Buffer::filled(
                 self.dtype,
