@@ -5,7 +5,9 @@
 //!
 //! Lanes along the axis are gathered a group at a time into a contiguous work buffer, so a
 //! transform along a strided axis reads whole cache lines; groups run in parallel on rayon.
-//! rustfft plans are made once per (precision, length, direction) and reused.
+//! rustfft plans are made once per (precision, length, direction) and reused. Real forward
+//! transforms of lengths with an awkward prime factor (721 = 7 × 103) along a strided axis are
+//! computed directly across the lanes instead ([`rdft`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -16,6 +18,8 @@ use rustfft::{Fft, FftDirection, FftNum, FftPlanner};
 
 use crate::array::{Buffer, DType};
 use crate::error::{Error, Result};
+
+mod rdft;
 
 /// What one step computes along its axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -208,7 +212,7 @@ fn step_typed<T: Precision>(
 }
 
 /// Precision-specific glue.
-trait Precision: FftNum + Default + crate::array::buffer::Element {
+trait Precision: FftNum + Default + crate::array::buffer::Element + rustfft::num_traits::Float {
     /// The dtype of complex values of this precision.
     const COMPLEX: DType;
     /// The dtype of real values of this precision.
@@ -455,6 +459,9 @@ fn read_row<I: Copy>(tile: &mut [I; GROUP], src: &[I]) {
 /// half the work of transforming each real lane as a complex one.
 fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [Complex<T>]) {
     debug_assert_eq!(out.len(), lanes.out_elements());
+    if let Some(split) = rdft::split_for(n, lanes.inner) {
+        return rdft::r2c_lanes(input, lanes, n, split, scale, out);
+    }
     let fft = plan::<T>(n, false);
     let shared = SharedOut(out.as_mut_ptr());
     let used = lanes.len.min(n);
@@ -501,7 +508,8 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
                     for (kk, t) in tile.iter_mut().enumerate().take(kn) {
                         let k = kb + kk;
                         let z = lane[k];
-                        let zc = lane[(n - k) % n].conj();
+                        // Z[n - k], with Z[n] = Z[0] (no division in this loop).
+                        let zc = lane[if k == 0 { 0 } else { n - k }].conj();
                         t[2 * p] = (z + zc) * half;
                         t[2 * p + 1] = (z - zc) * minus_i * half;
                     }
