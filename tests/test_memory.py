@@ -171,3 +171,41 @@ def test_rechunk_plan_op_bounded(
     assert tuple(out.chunks) == (SHAPE[0], 32, 128)
     for t0 in range(0, SHAPE[0], SLAB):
         np.testing.assert_array_equal(out[t0 : t0 + SLAB], -slab_values(t0, t0 + SLAB))
+
+
+def test_long_one_dimensional_fft_bounded(cli: Cli, tmp_path: Path) -> None:
+    """A long transform of a single lane holds one lane's work buffer, not a lane group's.
+
+    (Each thread once allocated 16 lanes of work for any transform, 537 MB for this 16 MB
+    input.)
+    """
+    n = 1 << 21
+    source = tmp_path / "series.zarr"
+    values = np.random.default_rng(5).standard_normal(n)
+    arr = zarr.create_array(store=str(source), shape=(n,), chunks=(n // 4,), dtype="float64")
+    arr[:] = values
+    baseline = min(cli("info", source, "--json", measure_rss=True).peak_rss for _ in range(2))
+    target = tmp_path / "spectrum.zarr"
+    plan = {
+        "name": "memory-fft-1d",
+        "arrays": [{"id": "x", "zarr": str(source)}],
+        "ops": [
+            {"id": "f", "op": "fft", "input": "x", "kind": "fft", "axis": 0},
+            {
+                "id": "a",
+                "op": "elementwise",
+                "inputs": ["f"],
+                "expr": {"op": "abs", "args": [{"input": 0}]},
+            },
+            {"id": "out", "op": "write", "input": "a", "target": str(target)},
+        ],
+    }
+    result = cli("run", cli.write_plan(plan), "--max-mem", "640MB", "--json", measure_rss=True)
+    summary = result.json()
+    check_summary(summary)
+    limit = int(summary["max_mem"]) + baseline + MARGIN
+    print(report("fft 1-d", result.peak_rss, limit, baseline))
+    assert result.peak_rss < limit, report("fft 1-d", result.peak_rss, limit, baseline)
+    out = np.asarray(open_zarr(target)[...])
+    want = np.abs(np.fft.fft(values))
+    assert np.allclose(out, want, rtol=1e-9, atol=1e-9 * want.max())

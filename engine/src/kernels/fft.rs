@@ -394,7 +394,9 @@ fn for_each_group<T, I, O>(
     (0..lanes.groups()).into_par_iter().for_each_init(
         || {
             (
-                vec![Complex::<T>::default(); GROUP * n],
+                // Only as many lanes as a group holds: a long transform of few lanes (a 1-d
+                // FFT) must not allocate GROUP lanes' worth.
+                vec![Complex::<T>::default(); GROUP.min(inner) * n],
                 vec![Complex::<T>::default(); fft.get_inplace_scratch_len()],
             )
         },
@@ -471,7 +473,7 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
     (0..lanes.groups()).into_par_iter().for_each_init(
         || {
             (
-                vec![Complex::<T>::default(); GROUP.div_ceil(2) * n],
+                vec![Complex::<T>::default(); GROUP.min(inner).div_ceil(2) * n],
                 vec![Complex::<T>::default(); fft.get_inplace_scratch_len()],
             )
         },
