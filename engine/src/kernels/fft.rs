@@ -19,6 +19,7 @@ use rustfft::{Fft, FftDirection, FftNum, FftPlanner};
 use crate::array::{Buffer, DType};
 use crate::error::{Error, Result};
 
+mod irdft;
 mod rdft;
 
 /// What one step computes along its axis.
@@ -558,6 +559,9 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
 /// inverse transform is real; the imaginary parts of the DC and Nyquist terms drop out, as in
 /// numpy.
 fn c2r<T: Precision>(input: &[Complex<T>], lanes: &Lanes, n: usize, scale: T, out: &mut [T]) {
+    if let Some(split) = rdft::split_for(n, lanes.inner) {
+        return irdft::c2r_lanes(input, lanes, n, split, scale, out);
+    }
     let half = n / 2 + 1;
     let used = lanes.len.min(half);
     // Gather only the first `half` values, then mirror: do it as a pre-pass into a full

@@ -20,8 +20,10 @@ use super::{Lanes, Precision, SharedOut, GROUP};
 /// A length split as `cofactor × prime`, the prime being its largest prime factor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Split {
-    cofactor: usize,
-    prime: usize,
+    /// `n / prime`.
+    pub(super) cofactor: usize,
+    /// The largest prime factor of `n`.
+    pub(super) prime: usize,
 }
 
 /// Largest prime factor rustfft transforms with its own butterflies; above it, this module.
@@ -74,13 +76,14 @@ fn cast<T: Precision>(x: f64) -> T {
     T::from_f64(x).unwrap_or_else(T::zero)
 }
 
-type Lane<T> = [T; GROUP];
+/// Values of [`GROUP`] neighbouring lanes.
+pub(super) type Lane<T> = [T; GROUP];
 
 /// Groups gathered together: each input row is read `WIDE × GROUP` lanes at a time (whole
 /// cache lines side by side, fewer pages touched per row), then transformed a group at a time.
-const WIDE: usize = 4;
+pub(super) const WIDE: usize = 4;
 /// Lanes gathered together.
-const WIDE_LANES: usize = WIDE * GROUP;
+pub(super) const WIDE_LANES: usize = WIDE * GROUP;
 
 /// Real forward transform of length `n` (zero-padded or cropped from the lanes' length) of
 /// every lane, scaled by `scale`, into `out` (`n / 2 + 1` values per lane).
@@ -95,19 +98,7 @@ pub(super) fn r2c_lanes<T: Precision + Float>(
     debug_assert_eq!(out.len(), lanes.out_elements());
     let Split { cofactor, prime } = split;
     let half = (prime - 1) / 2;
-    let (cos_p, sin_p) = unit_circle::<T>(prime);
-    let (cos_n, sin_n) = unit_circle::<T>(n);
-    // The direct DFT's matrix, row m (1..=half) holding cos/sin(2π jm/p) for j in 1..=half.
-    let (cos_m, sin_m): (Vec<T>, Vec<T>) = (1..=half)
-        .flat_map(|m| (1..=half).map(move |j| (j * m) % prime))
-        .map(|t| (cos_p[t], sin_p[t]))
-        .unzip();
-    let tables = Tables {
-        cos_m: &cos_m,
-        sin_m: &sin_m,
-        cos_n: &cos_n,
-        sin_n: &sin_n,
-    };
+    let tables = Tables::new(split);
     let shared = SharedOut(out.as_mut_ptr());
     let fma = fma_available();
     let wide_groups = lanes.outer * lanes.inner.div_ceil(WIDE_LANES);
@@ -137,7 +128,7 @@ pub(super) fn r2c_lanes<T: Precision + Float>(
 }
 
 /// Whether the CPU has AVX2 and FMA.
-fn fma_available() -> bool {
+pub(super) fn fma_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
@@ -148,11 +139,37 @@ fn fma_available() -> bool {
     }
 }
 
-struct Tables<'a, T> {
-    cos_m: &'a [T],
-    sin_m: &'a [T],
-    cos_n: &'a [T],
-    sin_n: &'a [T],
+/// The cosines and sines a split's transforms multiply by.
+pub(super) struct Tables<T> {
+    /// The prime's DFT matrix, row m (1..=half) holding cos(2π jm/p) for j in 1..=half
+    /// (symmetric in j and m).
+    pub(super) cos_m: Vec<T>,
+    /// The same for sin.
+    pub(super) sin_m: Vec<T>,
+    /// cos(2π t/n) for t in 0..n (twiddles).
+    pub(super) cos_n: Vec<T>,
+    /// sin(2π t/n) for t in 0..n.
+    pub(super) sin_n: Vec<T>,
+}
+
+impl<T: Precision + Float> Tables<T> {
+    /// The tables of `split`, computed in f64.
+    pub(super) fn new(split: Split) -> Self {
+        let Split { cofactor, prime } = split;
+        let half = (prime - 1) / 2;
+        let (cos_p, sin_p) = unit_circle::<T>(prime);
+        let (cos_n, sin_n) = unit_circle::<T>(cofactor * prime);
+        let (cos_m, sin_m) = (1..=half)
+            .flat_map(|m| (1..=half).map(move |j| (j * m) % prime))
+            .map(|t| (cos_p[t], sin_p[t]))
+            .unzip();
+        Tables {
+            cos_m,
+            sin_m,
+            cos_n,
+            sin_n,
+        }
+    }
 }
 
 /// Everything one group's transform reads and where it writes.
@@ -161,7 +178,7 @@ struct Group<'a, T> {
     lanes: &'a Lanes,
     n: usize,
     split: Split,
-    tables: &'a Tables<'a, T>,
+    tables: &'a Tables<T>,
     shared: SharedOut<Complex<T>>,
     scale: T,
     g: usize,
@@ -248,7 +265,7 @@ impl<T: Precision + Float> Work<T> {
         r: usize,
         cofactor: usize,
         prime: usize,
-        tables: &Tables<'_, T>,
+        tables: &Tables<T>,
     ) {
         let half = (prime - 1) / 2;
         let x = |j: usize| &self.rows[cofactor * j + r][b];
@@ -311,12 +328,7 @@ impl<T: Precision + Float> Work<T> {
 
     /// `X[k] = Σ_r w^{rk} S_r[k mod prime]`, `w = e^{-2πi/n}`, for `k` in `0..=n/2`.
     #[inline(always)]
-    fn combine<const FUSED: bool>(
-        &mut self,
-        cofactor: usize,
-        prime: usize,
-        tables: &Tables<'_, T>,
-    ) {
+    fn combine<const FUSED: bool>(&mut self, cofactor: usize, prime: usize, tables: &Tables<T>) {
         let half = (prime - 1) / 2;
         let n = cofactor * prime;
         let mut m = 0usize;
@@ -387,7 +399,7 @@ impl<T: Precision + Float> Work<T> {
 
 /// `a * b + c`, fused into one rounding where the CPU has FMA (`FUSED`).
 #[inline(always)]
-fn madd<T: Float, const FUSED: bool>(a: T, b: T, c: T) -> T {
+pub(super) fn madd<T: Float, const FUSED: bool>(a: T, b: T, c: T) -> T {
     if FUSED {
         a.mul_add(b, c)
     } else {
