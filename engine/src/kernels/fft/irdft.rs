@@ -8,11 +8,10 @@
 //! As in numpy, the imaginary parts of the DC and Nyquist terms are ignored.
 
 use num_complex::Complex;
-use rayon::prelude::*;
 use rustfft::num_traits::Float;
 
-use super::rdft::{fma_available, madd, Lane, Split, Tables, WIDE, WIDE_LANES};
-use super::{Lanes, Precision, SharedOut, GROUP};
+use super::rdft::{for_each_wide_group, madd, wide_group, Group, Lane, Split, WideGroupWork, WIDE};
+use super::{Lanes, Precision, GROUP};
 
 /// Real inverse transform of length `n` of every lane's Hermitian half-spectrum (its first
 /// `n / 2 + 1` values, zero-padded or cropped from the lanes' length), scaled by `scale`,
@@ -26,46 +25,10 @@ pub(super) fn c2r_lanes<T: Precision + Float>(
     out: &mut [T],
 ) {
     debug_assert_eq!(out.len(), lanes.outer * n * lanes.inner);
-    let tables = Tables::new(split);
-    let shared = SharedOut(out.as_mut_ptr());
-    let fma = fma_available();
-    let wide_groups = lanes.outer * lanes.inner.div_ceil(WIDE_LANES);
-    (0..wide_groups).into_par_iter().for_each_init(
-        || InverseWork::<T>::new(n, split),
-        |work, g| {
-            let group = InverseGroup {
-                input,
-                lanes,
-                n,
-                split,
-                tables: &tables,
-                shared,
-                scale,
-                g,
-            };
-            #[cfg(target_arch = "x86_64")]
-            if fma {
-                // SAFETY: the CPU has AVX2 and FMA (`fma_available`).
-                unsafe { work.run_fma(&group) };
-                return;
-            }
-            let _ = fma;
-            work.run::<false>(&group);
-        },
-    );
+    for_each_wide_group::<InverseWork<T>, Complex<T>, T, T>(input, lanes, n, split, scale, out);
 }
 
-/// Everything one group's inverse transform reads and where it writes.
-struct InverseGroup<'a, T> {
-    input: &'a [Complex<T>],
-    lanes: &'a Lanes,
-    n: usize,
-    split: Split,
-    tables: &'a Tables<T>,
-    shared: SharedOut<T>,
-    scale: T,
-    g: usize,
-}
+type InverseGroup<'a, T> = Group<'a, Complex<T>, T, T>;
 
 /// One wide group's half-spectrum rows, one group's residue spectra and output rows.
 struct InverseWork<T> {
@@ -79,7 +42,7 @@ struct InverseWork<T> {
     rows: Vec<Lane<T>>,
 }
 
-impl<T: Precision + Float> InverseWork<T> {
+impl<T: Precision + Float> WideGroupWork<Complex<T>, T, T> for InverseWork<T> {
     fn new(n: usize, split: Split) -> Self {
         let zero = [T::zero(); GROUP];
         let half = (split.prime - 1) / 2;
@@ -92,20 +55,9 @@ impl<T: Precision + Float> InverseWork<T> {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_fma(&mut self, group: &InverseGroup<'_, T>) {
-        self.run::<true>(group);
-    }
-
-    /// Gathers, transforms and writes wide group `group.g`.
     #[inline(always)]
     fn run<const FUSED: bool>(&mut self, group: &InverseGroup<'_, T>) {
-        let lanes = group.lanes;
-        let per_outer = lanes.inner.div_ceil(WIDE_LANES);
-        let o = group.g / per_outer;
-        let i0 = (group.g % per_outer) * WIDE_LANES;
-        let count = WIDE_LANES.min(lanes.inner - i0);
+        let (o, i0, count) = wide_group(group.lanes, group.g);
         self.gather(group, o, i0, count);
         for b in 0..count.div_ceil(GROUP) {
             self.residue_spectra::<FUSED>(b, group);
@@ -115,7 +67,9 @@ impl<T: Precision + Float> InverseWork<T> {
             }
         }
     }
+}
 
+impl<T: Precision + Float> InverseWork<T> {
     /// Copies the group's half-spectrum rows into real and imaginary parts, dropping the
     /// imaginary parts of the DC and Nyquist terms.
     #[inline(always)]

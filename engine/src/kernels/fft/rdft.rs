@@ -96,14 +96,38 @@ pub(super) fn r2c_lanes<T: Precision + Float>(
     out: &mut [Complex<T>],
 ) {
     debug_assert_eq!(out.len(), lanes.out_elements());
-    let Split { cofactor, prime } = split;
-    let half = (prime - 1) / 2;
+    for_each_wide_group::<Work<T>, T, Complex<T>, T>(input, lanes, n, split, scale, out);
+}
+
+/// What a direct transform does with one wide group of lanes.
+pub(super) trait WideGroupWork<I, O, T>: Sized {
+    /// Work buffers for transforms of length `n` split as `split`.
+    fn new(n: usize, split: Split) -> Self;
+    /// Gathers, transforms and writes wide group `group.g`, multiply-adds fused (`FUSED`)
+    /// or not.
+    fn run<const FUSED: bool>(&mut self, group: &Group<'_, I, O, T>);
+}
+
+/// Runs `W` over every wide group of `lanes` in parallel (FMA where the CPU has it).
+pub(super) fn for_each_wide_group<W, I, O, T>(
+    input: &[I],
+    lanes: &Lanes,
+    n: usize,
+    split: Split,
+    scale: T,
+    out: &mut [O],
+) where
+    W: WideGroupWork<I, O, T>,
+    I: Sync,
+    O: Send + Copy,
+    T: Precision + Float,
+{
     let tables = Tables::new(split);
     let shared = SharedOut(out.as_mut_ptr());
     let fma = fma_available();
     let wide_groups = lanes.outer * lanes.inner.div_ceil(WIDE_LANES);
     (0..wide_groups).into_par_iter().for_each_init(
-        || Work::<T>::new(n, cofactor, half),
+        || W::new(n, split),
         |work, g| {
             let group = Group {
                 input,
@@ -118,7 +142,7 @@ pub(super) fn r2c_lanes<T: Precision + Float>(
             #[cfg(target_arch = "x86_64")]
             if fma {
                 // SAFETY: the CPU has AVX2 and FMA (`fma_available`).
-                unsafe { work.run_fma(&group) };
+                unsafe { run_fma(work, &group) };
                 return;
             }
             let _ = fma;
@@ -127,8 +151,15 @@ pub(super) fn r2c_lanes<T: Precision + Float>(
     );
 }
 
+/// `work.run` compiled for AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_fma<W: WideGroupWork<I, O, T>, I, O, T>(work: &mut W, group: &Group<'_, I, O, T>) {
+    work.run::<true>(group);
+}
+
 /// Whether the CPU has AVX2 and FMA.
-pub(super) fn fma_available() -> bool {
+fn fma_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
@@ -172,16 +203,31 @@ impl<T: Precision + Float> Tables<T> {
     }
 }
 
-/// Everything one group's transform reads and where it writes.
-struct Group<'a, T> {
-    input: &'a [T],
-    lanes: &'a Lanes,
-    n: usize,
-    split: Split,
-    tables: &'a Tables<T>,
-    shared: SharedOut<Complex<T>>,
-    scale: T,
-    g: usize,
+/// Everything one wide group's transform reads and where it writes.
+pub(super) struct Group<'a, I, O, T> {
+    /// The lanes' input values.
+    pub(super) input: &'a [I],
+    /// Their layout.
+    pub(super) lanes: &'a Lanes,
+    /// Transform length.
+    pub(super) n: usize,
+    /// Its split.
+    pub(super) split: Split,
+    /// Cosines and sines of the split.
+    pub(super) tables: &'a Tables<T>,
+    /// Where the output values go.
+    pub(super) shared: SharedOut<O>,
+    /// Factor of every output value.
+    pub(super) scale: T,
+    /// Which wide group.
+    pub(super) g: usize,
+}
+
+/// The position of wide group `g`: outer index, first lane, lane count.
+pub(super) fn wide_group(lanes: &Lanes, g: usize) -> (usize, usize, usize) {
+    let per_outer = lanes.inner.div_ceil(WIDE_LANES);
+    let i0 = (g % per_outer) * WIDE_LANES;
+    (g / per_outer, i0, WIDE_LANES.min(lanes.inner - i0))
 }
 
 /// One wide group's input rows, and one group's prime-length spectra and output rows.
@@ -196,35 +242,24 @@ struct Work<T> {
     out_im: Vec<Lane<T>>,
 }
 
-impl<T: Precision + Float> Work<T> {
-    fn new(n: usize, cofactor: usize, half: usize) -> Self {
+impl<T: Precision + Float> WideGroupWork<T, Complex<T>, T> for Work<T> {
+    fn new(n: usize, split: Split) -> Self {
         let zero = [T::zero(); GROUP];
-        let out_len = n / 2 + 1;
+        let half = (split.prime - 1) / 2;
         Work {
             rows: vec![[zero; WIDE]; n],
             sym: vec![zero; half + 1],
             anti: vec![zero; half + 1],
-            spec_re: vec![zero; cofactor * (half + 1)],
-            spec_im: vec![zero; cofactor * (half + 1)],
-            out_re: vec![zero; out_len],
-            out_im: vec![zero; out_len],
+            spec_re: vec![zero; split.cofactor * (half + 1)],
+            spec_im: vec![zero; split.cofactor * (half + 1)],
+            out_re: vec![zero; n / 2 + 1],
+            out_im: vec![zero; n / 2 + 1],
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_fma(&mut self, group: &Group<'_, T>) {
-        self.run::<true>(group);
-    }
-
-    /// Gathers, transforms and writes wide group `group.g`.
     #[inline(always)]
-    fn run<const FUSED: bool>(&mut self, group: &Group<'_, T>) {
-        let lanes = group.lanes;
-        let per_outer = lanes.inner.div_ceil(WIDE_LANES);
-        let o = group.g / per_outer;
-        let i0 = (group.g % per_outer) * WIDE_LANES;
-        let count = WIDE_LANES.min(lanes.inner - i0);
+    fn run<const FUSED: bool>(&mut self, group: &Group<'_, T, Complex<T>, T>) {
+        let (o, i0, count) = wide_group(group.lanes, group.g);
         self.gather(group, o, i0, count);
         let Split { cofactor, prime } = group.split;
         for b in 0..count.div_ceil(GROUP) {
@@ -236,10 +271,12 @@ impl<T: Precision + Float> Work<T> {
             self.scatter(group, o, first, GROUP.min(count - b * GROUP));
         }
     }
+}
 
+impl<T: Precision + Float> Work<T> {
     /// Copies the group's `n` rows (zeros past the lanes' length and past `count` lanes).
     #[inline(always)]
-    fn gather(&mut self, group: &Group<'_, T>, o: usize, i0: usize, count: usize) {
+    fn gather(&mut self, group: &Group<'_, T, Complex<T>, T>, o: usize, i0: usize, count: usize) {
         let lanes = group.lanes;
         let used = lanes.len.min(group.n);
         for (j, row) in self.rows.iter_mut().enumerate() {
@@ -374,7 +411,7 @@ impl<T: Precision + Float> Work<T> {
 
     /// Writes the group's output rows, scaled.
     #[inline(always)]
-    fn scatter(&self, group: &Group<'_, T>, o: usize, i0: usize, count: usize) {
+    fn scatter(&self, group: &Group<'_, T, Complex<T>, T>, o: usize, i0: usize, count: usize) {
         let lanes = group.lanes;
         let scale = group.scale;
         let mut row = [Complex::<T>::default(); GROUP];
