@@ -81,7 +81,10 @@ def test_an_exception_in_the_progress_callback_stops_the_run(tmp_path: Path) -> 
 
 
 SLOW_RUN = """
-import sys, numpy as np, zarr, chunkfuse
+import signal, sys, numpy as np, zarr, chunkfuse
+# Python only turns SIGINT into KeyboardInterrupt when its parent left SIGINT at the default:
+# a test run started in the background of a non-interactive shell inherits it ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 src, out = sys.argv[1], sys.argv[2]
 z = zarr.create_array(src, shape=(4096, 4096), chunks=(256, 256), dtype="f8", compressors=None)
 z[...] = np.random.default_rng(0).random((4096, 4096))
