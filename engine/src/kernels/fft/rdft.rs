@@ -371,33 +371,28 @@ impl<T: Precision + Float> Work<T> {
         let mut m = 0usize;
         for k in 0..self.out_re.len() {
             // S_r[m] for m past half is the conjugate of S_r[prime - m].
-            let (at, conj) = if m <= half {
-                (m, false)
+            let (at, sign) = if m <= half {
+                (m, T::one())
             } else {
-                (prime - m, true)
+                (prime - m, -T::one())
             };
-            let mut re = self.spec_re[at];
-            let mut im = self.spec_im[at];
-            if conj {
-                for v in im.iter_mut() {
-                    *v = -*v;
-                }
-            }
+            let mut re = [T::zero(); GROUP];
+            let mut im = [T::zero(); GROUP];
+            // Twiddle index r k mod n, from r = 0 (no twiddle) on.
             let mut t = 0usize;
-            for r in 1..cofactor {
-                t += k;
-                if t >= n {
-                    t -= n;
-                }
+            for r in 0..cofactor {
                 let (c, s) = (tables.cos_n[t], tables.sin_n[t]);
                 let sr = &self.spec_re[r * (half + 1) + at];
                 let si = &self.spec_im[r * (half + 1) + at];
                 // w^t S = (c - i s)(sr + i si).
-                let sign = if conj { -T::one() } else { T::one() };
                 for l in 0..GROUP {
                     let si = si[l] * sign;
                     re[l] = madd::<T, FUSED>(c, sr[l], madd::<T, FUSED>(s, si, re[l]));
                     im[l] = madd::<T, FUSED>(c, si, madd::<T, FUSED>(-s, sr[l], im[l]));
+                }
+                t += k;
+                if t >= n {
+                    t -= n;
                 }
             }
             self.out_re[k] = re;
