@@ -1,73 +1,146 @@
 //! A pool of large byte buffers, so chunk-sized allocations are reused instead of mapped,
 //! faulted in, zeroed and unmapped for every chunk (which costs more than decoding small
-//! chunks). The pool holds at most its capacity; buffers beyond it are freed.
+//! chunks).
+//!
+//! The pool holds at most its capacity plus what a memory budget lends it: the bytes of the
+//! budget that no task has reserved. A task's reservation takes its bytes back from the pool
+//! before the task allocates anything, so tasks' buffers and the pool together stay within
+//! the budget. Buffers beyond the limit are freed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Buffers smaller than this are not pooled.
 pub const MIN_POOLED: usize = 64 * 1024;
 
+/// Free buffers and the limits on the bytes they may hold.
+#[derive(Debug)]
 struct Pool {
-    free: Mutex<Vec<Vec<u8>>>,
-    held: AtomicU64,
-    capacity: AtomicU64,
+    state: Mutex<State>,
 }
 
-static POOL: Pool = Pool {
-    free: Mutex::new(Vec::new()),
-    held: AtomicU64::new(0),
-    capacity: AtomicU64::new(64 << 20),
-};
+#[derive(Debug)]
+struct State {
+    free: Vec<Vec<u8>>,
+    held: u64,
+    capacity: u64,
+    /// Unreserved budget bytes the pool may hold on top of its capacity.
+    lent: u64,
+}
+
+impl State {
+    fn limit(&self) -> u64 {
+        self.capacity.saturating_add(self.lent)
+    }
+
+    /// Removes buffers, largest first, until the pool is within its limit; returns them so
+    /// they are freed after the lock is released.
+    fn trim(&mut self) -> Vec<Vec<u8>> {
+        let limit = self.limit();
+        let mut dropped = Vec::new();
+        if self.held <= limit {
+            return dropped;
+        }
+        self.free.sort_by_key(Vec::capacity);
+        while self.held > limit {
+            let Some(v) = self.free.pop() else { break };
+            self.held -= v.capacity() as u64;
+            dropped.push(v);
+        }
+        dropped
+    }
+}
+
+impl Pool {
+    const fn new(capacity: u64) -> Self {
+        Pool {
+            state: Mutex::new(State {
+                free: Vec::new(),
+                held: 0,
+                capacity,
+                lent: 0,
+            }),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        let dropped = match self.state.lock() {
+            Ok(mut s) => {
+                f(&mut s);
+                s.trim()
+            }
+            Err(_) => Vec::new(),
+        };
+        drop(dropped);
+    }
+
+    fn held(&self) -> u64 {
+        self.state.lock().map(|s| s.held).unwrap_or(0)
+    }
+
+    fn take(&self, len: usize) -> Vec<u8> {
+        if len >= MIN_POOLED {
+            if let Ok(mut s) = self.state.lock() {
+                // The smallest buffer that fits, so small requests leave large buffers to the
+                // requests that need them.
+                let fit = s
+                    .free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.capacity() >= len && v.capacity() <= len.saturating_mul(2))
+                    .min_by_key(|(_, v)| v.capacity())
+                    .map(|(i, _)| i);
+                if let Some(i) = fit {
+                    let mut v = s.free.swap_remove(i);
+                    s.held -= v.capacity() as u64;
+                    v.clear();
+                    return v;
+                }
+            }
+        }
+        Vec::with_capacity(len)
+    }
+
+    fn give(&self, v: Vec<u8>) {
+        let cap = v.capacity() as u64;
+        if v.capacity() < MIN_POOLED {
+            return;
+        }
+        if let Ok(mut s) = self.state.lock() {
+            if s.held + cap <= s.limit() {
+                s.held += cap;
+                s.free.push(v);
+            }
+        }
+    }
+}
+
+static POOL: Pool = Pool::new(64 << 20);
 
 /// Sets how many bytes the pool may hold (the memory budget sets aside this much).
 pub fn set_capacity(bytes: u64) {
-    POOL.capacity.store(bytes, Ordering::Relaxed);
-    if POOL.held.load(Ordering::Relaxed) > bytes {
-        if let Ok(mut free) = POOL.free.lock() {
-            free.clear();
-            POOL.held.store(0, Ordering::Relaxed);
-        }
-    }
+    POOL.update(|s| s.capacity = bytes);
+}
+
+/// Lets the pool hold `bytes` more than its capacity: the part of a memory budget that no
+/// task has reserved. Lowering it frees buffers at once.
+pub fn lend(bytes: u64) {
+    POOL.update(|s| s.lent = bytes);
 }
 
 /// Bytes currently held by the pool.
 pub fn held() -> u64 {
-    POOL.held.load(Ordering::Relaxed)
+    POOL.held()
 }
 
-/// An empty vector with capacity for at least `len` bytes, reused when one fits (at most
-/// twice as large).
+/// An empty vector with capacity for at least `len` bytes: the smallest pooled one that fits
+/// (at most twice as large), else a new one.
 pub fn take(len: usize) -> Vec<u8> {
-    if len >= MIN_POOLED {
-        if let Ok(mut free) = POOL.free.lock() {
-            if let Some(i) = free
-                .iter()
-                .position(|v| v.capacity() >= len && v.capacity() <= len.saturating_mul(2))
-            {
-                let mut v = free.swap_remove(i);
-                POOL.held.fetch_sub(v.capacity() as u64, Ordering::Relaxed);
-                v.clear();
-                return v;
-            }
-        }
-    }
-    Vec::with_capacity(len)
+    POOL.take(len)
 }
 
 /// Returns a buffer to the pool (or frees it when the pool is full or it is small).
 pub fn give(v: Vec<u8>) {
-    let cap = v.capacity() as u64;
-    if v.capacity() < MIN_POOLED {
-        return;
-    }
-    if POOL.held.load(Ordering::Relaxed) + cap > POOL.capacity.load(Ordering::Relaxed) {
-        return;
-    }
-    if let Ok(mut free) = POOL.free.lock() {
-        POOL.held.fetch_add(cap, Ordering::Relaxed);
-        free.push(v);
-    }
+    POOL.give(v)
 }
 
 #[cfg(test)]
@@ -76,12 +149,39 @@ mod tests {
 
     #[test]
     fn buffers_are_reused() {
-        let v = take(100_000);
+        let pool = Pool::new(1 << 20);
+        let v = pool.take(100_000);
         let ptr = v.as_ptr();
-        give(v);
-        let w = take(90_000);
+        pool.give(v);
+        let w = pool.take(90_000);
         assert_eq!(w.as_ptr(), ptr);
         assert!(w.is_empty() && w.capacity() >= 90_000);
-        give(w);
+        pool.give(w);
+        assert_eq!(pool.held(), 100_000);
+    }
+
+    #[test]
+    fn lent_bytes_are_held_until_taken_back() {
+        let pool = Pool::new(100_000);
+        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(100_000)).collect();
+        // Only the capacity: one buffer is kept, two are freed.
+        for v in buffers {
+            pool.give(v);
+        }
+        assert_eq!(pool.held(), 100_000);
+        // With 200 kB of the budget unreserved, three fit.
+        pool.update(|s| s.lent = 200_000);
+        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(100_000)).collect();
+        assert_eq!(pool.held(), 0);
+        for v in buffers {
+            pool.give(v);
+        }
+        assert_eq!(pool.held(), 300_000);
+        // A task reserves 150 kB: the pool gives back what no longer fits, at once.
+        pool.update(|s| s.lent = 50_000);
+        assert_eq!(pool.held(), 100_000);
+        pool.update(|s| s.lent = 0);
+        pool.update(|s| s.capacity = 0);
+        assert_eq!(pool.held(), 0);
     }
 }

@@ -249,22 +249,18 @@ fn serve(mut ring: IoUring, rx: mpsc::Receiver<UringJob>, direct: bool) {
         let mut pending = Vec::new();
         for (j, job) in jobs.iter().enumerate() {
             for (s, read) in job.reads.iter().enumerate() {
-                match prepare(j, s, read, direct) {
-                    Ok(Some(p)) if p.target == 0 => results[j][s] = Some(Value::Owned(Vec::new())),
-                    Ok(Some(p))
-                        if job.map_large && read.range.is_none() && p.size >= MAP_THRESHOLD =>
-                    {
-                        // SAFETY: read-only and private to this value; the engine replaces
-                        // files by rename and never writes into a file it reads.
-                        match unsafe { memmap2::Mmap::map(&p.file) } {
-                            Ok(map) => results[j][s] = Some(Value::Mapped(map)),
-                            Err(e) => {
-                                errors[j].get_or_insert(io_error(read, e));
-                            }
+                match prepare(j, s, read, direct, job.map_large) {
+                    Ok(Prepared::Empty) => results[j][s] = Some(Value::Owned(Vec::new())),
+                    // SAFETY: read-only and private to this value; the engine replaces files
+                    // by rename and never writes into a file it reads.
+                    Ok(Prepared::Map(file)) => match unsafe { memmap2::Mmap::map(&file) } {
+                        Ok(map) => results[j][s] = Some(Value::Mapped(map)),
+                        Err(e) => {
+                            errors[j].get_or_insert(io_error(read, e));
                         }
-                    }
-                    Ok(Some(p)) => pending.push(p),
-                    Ok(None) => {}
+                    },
+                    Ok(Prepared::Read(p)) => pending.push(p),
+                    Ok(Prepared::Missing) => {}
                     Err(e) => {
                         errors[j].get_or_insert(io_error(read, e));
                     }
@@ -300,13 +296,27 @@ fn io_error(read: &UringRead, e: std::io::Error) -> Error {
     Error::new(kind, e.to_string()).with_chunk_key(&read.key)
 }
 
-/// Opens the file of `read` and sizes its buffer; `None` when the file does not exist.
+/// What one read needs once its file is open.
+enum Prepared {
+    /// The file does not exist.
+    Missing,
+    /// Nothing to read (an empty file or range).
+    Empty,
+    /// A whole file to map rather than read.
+    Map(File),
+    /// Bytes to read into a buffer.
+    Read(Pending),
+}
+
+/// Opens the file of `read` and decides how to serve it: mapped (whole files of at least
+/// `MAP_THRESHOLD` bytes when `map_large`), or read into a pooled buffer sized for it.
 fn prepare(
     job: usize,
     slot: usize,
     read: &UringRead,
     direct: bool,
-) -> std::io::Result<Option<Pending>> {
+    map_large: bool,
+) -> std::io::Result<Prepared> {
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
     if direct {
@@ -314,16 +324,16 @@ fn prepare(
     }
     let file = match opts.open(&read.path) {
         Ok(f) => f,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Prepared::Missing),
         // Filesystems without O_DIRECT (tmpfs) refuse the flag: read through the cache.
         Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
-            return prepare(job, slot, read, false)
+            return prepare(job, slot, read, false, map_large)
         }
         Err(e) => return Err(e),
     };
     let meta = file.metadata()?;
     if meta.is_dir() {
-        return Ok(None);
+        return Ok(Prepared::Missing);
     }
     let size = meta.len();
     let (offset, end) = match read.range {
@@ -333,6 +343,12 @@ fn prepare(
             .ok_or_else(|| super::fs::past_end(&r, size))?,
     };
     let want = (end - offset) as usize;
+    if want == 0 {
+        return Ok(Prepared::Empty);
+    }
+    if map_large && read.range.is_none() && size >= MAP_THRESHOLD {
+        return Ok(Prepared::Map(file));
+    }
     let (file_offset, target, skip, buf) = if direct {
         let start = offset / ALIGN * ALIGN;
         let stop = end.div_ceil(ALIGN) * ALIGN;
@@ -346,7 +362,7 @@ fn prepare(
     } else {
         (offset, want, 0, vec_with_len(want))
     };
-    Ok(Some(Pending {
+    Ok(Prepared::Read(Pending {
         job,
         slot,
         file,
@@ -521,5 +537,46 @@ mod tests {
         );
         let why = refused.err().unwrap();
         assert!(why.contains("refused"), "{why}");
+    }
+
+    #[test]
+    fn large_whole_files_are_mapped_without_a_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        std::fs::write(&path, vec![7u8; MAP_THRESHOLD as usize]).unwrap();
+        let read = |range| UringRead {
+            key: "c".into(),
+            path: path.clone(),
+            range,
+        };
+        let whole = read(None);
+        assert!(matches!(
+            prepare(0, 0, &whole, false, true),
+            Ok(Prepared::Map(_))
+        ));
+        // Not mapping, or a range: read into a buffer sized for the bytes wanted.
+        match prepare(0, 0, &whole, false, false) {
+            Ok(Prepared::Read(p)) => assert!(p.buf.capacity() >= MAP_THRESHOLD as usize),
+            _ => panic!("expected a buffered read"),
+        }
+        let part = read(Some(ByteRange::new(10, Some(10))));
+        match prepare(0, 0, &part, false, true) {
+            Ok(Prepared::Read(p)) => assert_eq!(p.want, 10),
+            _ => panic!("expected a buffered read"),
+        }
+        let empty = read(Some(ByteRange::new(5, Some(0))));
+        assert!(matches!(
+            prepare(0, 0, &empty, false, true),
+            Ok(Prepared::Empty)
+        ));
+        let missing = UringRead {
+            key: "d".into(),
+            path: dir.path().join("d"),
+            range: None,
+        };
+        assert!(matches!(
+            prepare(0, 0, &missing, false, true),
+            Ok(Prepared::Missing)
+        ));
     }
 }
