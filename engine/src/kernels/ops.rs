@@ -131,6 +131,74 @@ fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
     }
 }
 
+/// numpy's complex power (`nc_pow`): `x ** 0` is 1; a zero base gives 0 for a positive real
+/// exponent and nan + nan j otherwise; integer exponents below 100 in magnitude multiply by
+/// squaring (as numpy does, so overflow turns into inf and nan the same way), in float32 for
+/// complex64 (`r32`); anything else is the principal value.
+fn complex_pow(x: Complex64, y: Complex64, r32: bool) -> Complex64 {
+    let round = |z: Complex64| {
+        if r32 {
+            Complex64::new(z.re as f32 as f64, z.im as f32 as f64)
+        } else {
+            z
+        }
+    };
+    let mul = |a: Complex64, b: Complex64| {
+        round(Complex64::new(
+            a.re * b.re - a.im * b.im,
+            a.re * b.im + a.im * b.re,
+        ))
+    };
+    if y.re == 0.0 && y.im == 0.0 {
+        return Complex64::new(1.0, 0.0);
+    }
+    if x.re == 0.0 && x.im == 0.0 {
+        return if y.re > 0.0 && y.im == 0.0 {
+            Complex64::new(0.0, 0.0)
+        } else {
+            Complex64::new(f64::NAN, f64::NAN)
+        };
+    }
+    if y.im == 0.0 && y.re == y.re.trunc() && y.re.abs() < 100.0 {
+        let n = y.re as i64;
+        match n {
+            1 => return x,
+            2 => return mul(x, x),
+            3 => return mul(x, mul(x, x)),
+            _ => {}
+        }
+        let m = n.unsigned_abs();
+        let (mut acc, mut p, mut mask) = (Complex64::new(1.0, 0.0), x, 1u64);
+        loop {
+            if m & mask != 0 {
+                acc = mul(acc, p);
+            }
+            mask <<= 1;
+            if m < mask {
+                break;
+            }
+            p = mul(p, p);
+        }
+        return if n < 0 {
+            round(complex_div(Complex64::new(1.0, 0.0), acc))
+        } else {
+            acc
+        };
+    }
+    cexp(y * x.ln())
+}
+
+/// The complex exponential as C's `cexp` (which numpy uses): a real argument (imaginary part
+/// ±0) gives a real result with that zero even when it overflows, inf ± 0j rather than
+/// inf × (cos 0 + j sin 0) = inf + nan j.
+fn cexp(z: Complex64) -> Complex64 {
+    if z.im == 0.0 {
+        Complex64::new(z.re.exp(), z.im)
+    } else {
+        z.exp()
+    }
+}
+
 /// numpy orders complex numbers lexicographically (real part first).
 fn clt(a: Complex64, b: Complex64) -> bool {
     a.re < b.re || (a.re == b.re && a.im < b.im)
@@ -175,7 +243,7 @@ pub fn call(func: Func, sig: Signature, args: &[&Reg], out: &mut Reg, n: usize) 
             }
         }
         1 => unary(func, args[0], out, n)?,
-        2 => binary(func, args[0], args[1], out, n)?,
+        2 => binary(func, sig.compute == DType::C64, args[0], args[1], out, n)?,
         _ => ternary(func, args[0], args[1], args[2], out, n)?,
     }
     narrow(out, sig.result, n);
@@ -275,7 +343,7 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
         (Reg::C(a), Reg::C(o)) => match func {
             Negative => map1(a, o, n, |x: Complex64| -x),
             Sqrt => map1(a, o, n, |x: Complex64| x.sqrt()),
-            Exp => map1(a, o, n, |x: Complex64| x.exp()),
+            Exp => map1(a, o, n, cexp),
             Log => map1(a, o, n, |x: Complex64| x.ln()),
             Sin => map1(a, o, n, |x: Complex64| x.sin()),
             Cos => map1(a, o, n, |x: Complex64| x.cos()),
@@ -286,7 +354,9 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
     Ok(())
 }
 
-fn binary(func: Func, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
+/// Binary kernels; `r32` says complex values are complex64 (their powers round as numpy's
+/// complex64 arithmetic does).
+fn binary(func: Func, r32: bool, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
     use Func::*;
     match (a, b, out) {
         (Reg::B(a), Reg::B(b), Reg::B(o)) => match func {
@@ -350,23 +420,7 @@ fn binary(func: Func, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> Result<()> {
             Subtract => zip2(a, b, o, n, |x, y| x - y),
             Multiply => zip2(a, b, o, n, |x, y| x * y),
             Divide => zip2(a, b, o, n, complex_div),
-            Power => zip2(a, b, o, n, |x: Complex64, y: Complex64| {
-                if y.im == 0.0 && y.re == y.re.trunc() && y.re.abs() <= 64.0 {
-                    x.powi(y.re as i32)
-                } else if x.re == 0.0 && x.im == 0.0 {
-                    // numpy: 0 ** 0 is 1, 0 ** p is 0 when p's real part is positive, and
-                    // anything else is ill-defined (nan + nan j).
-                    if y.re == 0.0 && y.im == 0.0 {
-                        Complex64::new(1.0, 0.0)
-                    } else if y.re > 0.0 {
-                        Complex64::new(0.0, 0.0)
-                    } else {
-                        Complex64::new(f64::NAN, f64::NAN)
-                    }
-                } else {
-                    x.powc(y)
-                }
-            }),
+            Power => zip2(a, b, o, n, |x, y| complex_pow(x, y, r32)),
             Maximum => zip2(a, b, o, n, |x, y| if clt(x, y) { y } else { x }),
             Minimum => zip2(a, b, o, n, |x, y| if clt(y, x) { y } else { x }),
             _ => return Err(unsupported(func, "complex")),
@@ -452,6 +506,33 @@ fn ternary(func: Func, x: &Reg, y: &Reg, z: &Reg, out: &mut Reg, n: usize) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn complex_powers_follow_numpy() {
+        let c = Complex64::new;
+        // 32 ** 32 overflows complex64 while squaring: inf, and inf * 0 makes the imaginary
+        // part nan (numpy: inf+nanj); complex128 holds it.
+        let p = complex_pow(c(32.0, 0.0), c(32.0, 0.0), true);
+        assert!(p.re == f64::INFINITY && p.im.is_nan(), "{p}");
+        assert_eq!(
+            complex_pow(c(32.0, 0.0), c(32.0, 0.0), false),
+            c(2f64.powi(160), 0.0)
+        );
+        assert_eq!(complex_pow(c(1.0, 1.0), c(3.0, 0.0), false), c(-2.0, 2.0));
+        assert_eq!(complex_pow(c(0.0, 2.0), c(-2.0, 0.0), false), c(-0.25, 0.0));
+        assert_eq!(complex_pow(c(0.0, 0.0), c(2.0, 0.0), false), c(0.0, 0.0));
+        assert!(complex_pow(c(0.0, 0.0), c(-2.0, 0.0), false).re.is_nan());
+        assert_eq!(complex_pow(c(0.0, 0.0), c(0.0, 0.0), false), c(1.0, 0.0));
+        let principal = complex_pow(c(-1.0, 0.0), c(0.5, 0.0), false);
+        assert!((principal - c(0.0, 1.0)).norm() < 1e-15, "{principal}");
+        let e = cexp(c(1000.0, -0.0));
+        assert!(e.re == f64::INFINITY && e.im == 0.0 && e.im.is_sign_negative(), "{e}");
+        // Beyond squaring, an overflowing real power is inf + 0j (numpy: C's cpow).
+        assert_eq!(
+            complex_pow(c(575.0, 0.0), c(575.0, 0.0), true),
+            c(f64::INFINITY, 0.0)
+        );
+    }
 
     #[test]
     fn float_divmod_matches_python() {
