@@ -61,10 +61,26 @@ impl Drop for Buffer {
 impl Buffer {
     /// A zeroed buffer of `len` elements (pooled memory for large buffers).
     pub fn zeros(dtype: DType, len: usize) -> Self {
+        Buffer::pooled(dtype, len, super::pool::take_zeroed)
+    }
+
+    /// A buffer of `len` elements whose values are unspecified (a pooled buffer's old bytes,
+    /// or zeros): for callers that write every element, so no pass zeroes it first.
+    pub fn for_overwrite(dtype: DType, len: usize) -> Self {
+        #[allow(unused_mut)]
+        let mut b = Buffer::pooled(dtype, len, super::pool::take_filled);
+        // Unit tests see garbage, so a kernel that leaves an element unwritten fails them.
+        #[cfg(test)]
+        b.bytes_mut().fill(0xA5);
+        b
+    }
+
+    /// `len` elements from `take` (pooled memory) when large and 16-byte aligned, else zeroed
+    /// words.
+    fn pooled(dtype: DType, len: usize, take: fn(usize) -> Vec<u8>) -> Self {
         let bytes = len * dtype.size();
         if bytes >= super::pool::MIN_POOLED {
-            let mut v = super::pool::take(bytes);
-            v.resize(bytes, 0);
+            let v = take(bytes);
             if (v.as_ptr() as usize).is_multiple_of(16) {
                 return Buffer {
                     dtype,
@@ -81,12 +97,15 @@ impl Buffer {
 
     /// A buffer of `len` copies of the element whose native-endian bytes are `fill`.
     pub fn filled(dtype: DType, len: usize, fill: &[u8]) -> Self {
-        let mut b = Buffer::zeros(dtype, len);
-        if fill.iter().any(|&x| x != 0) {
-            for chunk in b.bytes_mut().chunks_exact_mut(fill.len()) {
-                chunk.copy_from_slice(fill);
-            }
+        if fill.iter().all(|&x| x == 0) {
+            return Buffer::zeros(dtype, len);
         }
+        let mut b = Buffer::for_overwrite(dtype, len);
+        let mut chunks = b.bytes_mut().chunks_exact_mut(fill.len());
+        for chunk in &mut chunks {
+            chunk.copy_from_slice(fill);
+        }
+        chunks.into_remainder().fill(0);
         b
     }
 

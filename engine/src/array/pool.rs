@@ -77,27 +77,62 @@ impl Pool {
         self.state.lock().map(|s| s.held).unwrap_or(0)
     }
 
-    fn take(&self, len: usize) -> Vec<u8> {
-        if len >= MIN_POOLED {
-            if let Ok(mut s) = self.state.lock() {
-                // The smallest buffer that fits, so small requests leave large buffers to the
-                // requests that need them.
-                let fit = s
-                    .free
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.capacity() >= len && v.capacity() <= len.saturating_mul(2))
-                    .min_by_key(|(_, v)| v.capacity())
-                    .map(|(i, _)| i);
-                if let Some(i) = fit {
-                    let mut v = s.free.swap_remove(i);
-                    s.held -= v.capacity() as u64;
-                    v.clear();
-                    return v;
-                }
-            }
+    /// The smallest pooled buffer that holds `len` bytes (at most twice as large), with the
+    /// contents it had when given back.
+    fn take_used(&self, len: usize) -> Option<Vec<u8>> {
+        if len < MIN_POOLED {
+            return None;
         }
-        Vec::with_capacity(len)
+        let mut s = self.state.lock().ok()?;
+        // The smallest buffer that fits, so small requests leave large buffers to the requests
+        // that need them.
+        let i = s
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len && v.capacity() <= len.saturating_mul(2))
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i)?;
+        let v = s.free.swap_remove(i);
+        s.held -= v.capacity() as u64;
+        Some(v)
+    }
+
+    fn take(&self, len: usize) -> Vec<u8> {
+        match self.take_used(len) {
+            Some(mut v) => {
+                v.clear();
+                v
+            }
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    fn take_zeroed(&self, len: usize) -> Vec<u8> {
+        match self.take_used(len) {
+            Some(mut v) => {
+                v.clear();
+                v.resize(len, 0);
+                v
+            }
+            None => vec![0; len],
+        }
+    }
+
+    fn take_filled(&self, len: usize) -> Vec<u8> {
+        match self.take_used(len) {
+            Some(mut v) => {
+                // Only bytes the buffer never held are written (as zeros).
+                if v.len() >= len {
+                    v.truncate(len);
+                } else {
+                    v.resize(len, 0);
+                }
+                v
+            }
+            // Zeroed by the allocator: fresh pages arrive zeroed, nothing is written here.
+            None => vec![0; len],
+        }
     }
 
     fn give(&self, v: Vec<u8>) {
@@ -138,6 +173,17 @@ pub fn take(len: usize) -> Vec<u8> {
     POOL.take(len)
 }
 
+/// A vector of `len` zero bytes (a pooled buffer zeroed, or fresh memory the allocator zeroed).
+pub fn take_zeroed(len: usize) -> Vec<u8> {
+    POOL.take_zeroed(len)
+}
+
+/// A vector of `len` bytes whose values are unspecified (what a pooled buffer last held, or
+/// zeros): for callers that overwrite every byte, so no pass zeroes it first.
+pub fn take_filled(len: usize) -> Vec<u8> {
+    POOL.take_filled(len)
+}
+
 /// Returns a buffer to the pool (or frees it when the pool is full or it is small).
 pub fn give(v: Vec<u8>) {
     POOL.give(v)
@@ -158,6 +204,25 @@ mod tests {
         assert!(w.is_empty() && w.capacity() >= 90_000);
         pool.give(w);
         assert_eq!(pool.held(), 100_000);
+    }
+
+    #[test]
+    fn filled_buffers_keep_what_they_held() {
+        let pool = Pool::new(1 << 20);
+        let fresh = pool.take_filled(100_000);
+        assert!(fresh.len() == 100_000 && fresh.iter().all(|&b| b == 0));
+        let mut v = fresh;
+        v.fill(7);
+        v.truncate(80_000);
+        pool.give(v);
+        // Longer than what the buffer held: the old bytes, then zeros.
+        let w = pool.take_filled(90_000);
+        assert_eq!(w.len(), 90_000);
+        assert!(w[..80_000].iter().all(|&b| b == 7) && w[80_000..].iter().all(|&b| b == 0));
+        pool.give(w);
+        // `take` hands out an empty vector all the same.
+        let e = pool.take(70_000);
+        assert!(e.is_empty() && e.capacity() >= 90_000);
     }
 
     #[test]

@@ -180,7 +180,7 @@ fn step_typed<T: Precision>(
             if complex_in {
                 return Err(wrong());
             }
-            let mut out = Buffer::zeros(T::COMPLEX, lanes.out_elements());
+            let mut out = Buffer::for_overwrite(T::COMPLEX, lanes.out_elements());
             let input = T::real(values)?;
             r2c(input, lanes, n, scale, T::complex_mut(&mut out)?);
             Ok(out)
@@ -189,7 +189,7 @@ fn step_typed<T: Precision>(
             if !complex_in {
                 return Err(wrong());
             }
-            let mut out = Buffer::zeros(T::REAL, lanes.out_elements());
+            let mut out = Buffer::for_overwrite(T::REAL, lanes.out_elements());
             c2r(T::complex(values)?, lanes, n, scale, T::real_mut(&mut out)?);
             Ok(out)
         }
@@ -197,7 +197,7 @@ fn step_typed<T: Precision>(
             if !complex_in {
                 return Err(wrong());
             }
-            let mut out = Buffer::zeros(T::COMPLEX, lanes.out_elements());
+            let mut out = Buffer::for_overwrite(T::COMPLEX, lanes.out_elements());
             for_each_group(
                 T::complex(values)?,
                 lanes,

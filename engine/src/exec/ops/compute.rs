@@ -77,7 +77,7 @@ impl ComputeProcessor {
                     .unwrap_or_else(|| Buffer::zeros(dtype, region.len() as usize))
             }
             None => {
-                let mut out = Buffer::zeros(dtype, region.len() as usize);
+                let mut out = Buffer::for_overwrite(dtype, region.len() as usize);
                 let leaves = self.assembler.leaf_inputs(&self.arrays)?;
                 eval_into(&self.fused.program, &leaves, &region.shape, &mut out)?;
                 out
@@ -121,7 +121,7 @@ impl ComputeProcessor {
                 let encoded = if chunk_region == *region {
                     out.encode_chunk(idx, values)?
                 } else {
-                    let mut c = Buffer::zeros(dtype, chunk_region.len() as usize);
+                    let mut c = Buffer::for_overwrite(dtype, chunk_region.len() as usize);
                     copy_region(
                         values.bytes(),
                         region,
