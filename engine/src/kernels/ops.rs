@@ -526,7 +526,10 @@ mod tests {
         let principal = complex_pow(c(-1.0, 0.0), c(0.5, 0.0), false);
         assert!((principal - c(0.0, 1.0)).norm() < 1e-15, "{principal}");
         let e = cexp(c(1000.0, -0.0));
-        assert!(e.re == f64::INFINITY && e.im == 0.0 && e.im.is_sign_negative(), "{e}");
+        assert!(
+            e.re == f64::INFINITY && e.im == 0.0 && e.im.is_sign_negative(),
+            "{e}"
+        );
         // Beyond squaring, an overflowing real power is inf + 0j (numpy: C's cpow).
         assert_eq!(
             complex_pow(c(575.0, 0.0), c(575.0, 0.0), true),
