@@ -326,7 +326,7 @@ impl Engine {
         let task_budget = max_mem - pool_bytes;
         let scheduler = Scheduler::new(
             opts.threads,
-            Budget::new(task_budget),
+            Budget::lending_to_pool(task_budget),
             progress.clone(),
             opts.cancel.clone(),
         )?;

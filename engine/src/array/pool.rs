@@ -1,7 +1,12 @@
 //! A pool of large byte buffers, so chunk-sized allocations are reused instead of mapped,
 //! faulted in, zeroed and unmapped for every chunk (which costs more than decoding small
-//! chunks). The pool holds at most its capacity (a share the memory budget sets aside);
-//! buffers beyond it are freed.
+//! chunks).
+//!
+//! The pool holds at most its capacity (a share the memory budget sets aside) plus what the
+//! budget lends it, up to that capacity again: bytes of the budget no task has reserved. A
+//! task's reservation takes its bytes back from the pool before the task allocates anything,
+//! so tasks' buffers and the pool together stay within the budget. Buffers beyond the limit
+//! are freed.
 
 use std::sync::Mutex;
 
@@ -19,13 +24,20 @@ struct State {
     free: Vec<Vec<u8>>,
     held: u64,
     capacity: u64,
+    /// Unreserved budget bytes the pool may hold on top of its capacity (counted up to the
+    /// capacity: the pool never grows past twice its share).
+    lent: u64,
 }
 
 impl State {
-    /// Removes buffers, largest first, until the pool is within its capacity; returns them
-    /// so they are freed after the lock is released.
+    fn limit(&self) -> u64 {
+        self.capacity.saturating_add(self.lent.min(self.capacity))
+    }
+
+    /// Removes buffers, largest first, until the pool is within its limit; returns them so
+    /// they are freed after the lock is released.
     fn trim(&mut self) -> Vec<Vec<u8>> {
-        let limit = self.capacity;
+        let limit = self.limit();
         let mut dropped = Vec::new();
         if self.held <= limit {
             return dropped;
@@ -47,6 +59,7 @@ impl Pool {
                 free: Vec::new(),
                 held: 0,
                 capacity,
+                lent: 0,
             }),
         }
     }
@@ -130,7 +143,7 @@ impl Pool {
             return;
         }
         if let Ok(mut s) = self.state.lock() {
-            if s.held + cap <= s.capacity {
+            if s.held + cap <= s.limit() {
                 s.held += cap;
                 s.free.push(v);
             }
@@ -143,6 +156,12 @@ static POOL: Pool = Pool::new(64 << 20);
 /// Sets how many bytes the pool may hold (the memory budget sets aside this much).
 pub fn set_capacity(bytes: u64) {
     POOL.update(|s| s.capacity = bytes);
+}
+
+/// Lets the pool hold up to `bytes` more than its capacity (at most the capacity again): the
+/// part of a memory budget that no task has reserved. Lowering it frees buffers at once.
+pub fn lend(bytes: u64) {
+    POOL.update(|s| s.lent = bytes);
 }
 
 /// Bytes currently held by the pool.
@@ -209,15 +228,26 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_keeps_no_more_than_its_capacity() {
-        let pool = Pool::new(250_000);
+    fn lent_bytes_are_held_until_taken_back() {
+        let pool = Pool::new(100_000);
         let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(100_000)).collect();
+        // Only the capacity: one buffer is kept, two are freed.
+        for v in buffers {
+            pool.give(v);
+        }
+        assert_eq!(pool.held(), 100_000);
+        // With 300 kB of the budget unreserved, two fit: the loan counts up to the capacity.
+        pool.update(|s| s.lent = 300_000);
+        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(100_000)).collect();
+        assert_eq!(pool.held(), 0);
         for v in buffers {
             pool.give(v);
         }
         assert_eq!(pool.held(), 200_000);
-        pool.update(|s| s.capacity = 150_000);
+        // A task reserves most of it: the pool gives back what no longer fits, at once.
+        pool.update(|s| s.lent = 50_000);
         assert_eq!(pool.held(), 100_000);
+        pool.update(|s| s.lent = 0);
         pool.update(|s| s.capacity = 0);
         assert_eq!(pool.held(), 0);
     }

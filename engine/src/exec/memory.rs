@@ -13,6 +13,8 @@ pub struct Budget {
     limit: u64,
     used: Mutex<u64>,
     freed: Condvar,
+    /// Whether the buffer pool may hold the bytes no task has reserved.
+    lends_to_pool: bool,
 }
 
 impl Budget {
@@ -22,7 +24,31 @@ impl Budget {
             limit,
             used: Mutex::new(0),
             freed: Condvar::new(),
+            lends_to_pool: false,
         })
+    }
+
+    /// A budget of `limit` bytes whose unreserved part the buffer pool may fill with freed
+    /// buffers (see [`crate::array::pool::lend`]): each reservation takes its bytes back from
+    /// the pool before the task allocates, so small budgets reuse buffers instead of mapping
+    /// fresh ones. With several live at once the pool follows the one that changed last, and
+    /// the process stays within the sum of their limits.
+    pub fn lending_to_pool(limit: u64) -> Arc<Self> {
+        crate::array::pool::lend(limit);
+        Arc::new(Budget {
+            limit,
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+            lends_to_pool: true,
+        })
+    }
+
+    /// Tells the pool how much of the budget is unreserved (called with `used` locked, so
+    /// updates reach the pool in the order they happened).
+    fn lend_rest(&self, used: u64) {
+        if self.lends_to_pool {
+            crate::array::pool::lend(self.limit.saturating_sub(used));
+        }
     }
 
     /// The limit in bytes.
@@ -69,6 +95,7 @@ impl Budget {
                 .0;
         }
         *used += bytes;
+        self.lend_rest(*used);
         Ok(Some(Reservation {
             budget: self.clone(),
             bytes,
@@ -78,8 +105,17 @@ impl Budget {
     fn release(&self, bytes: u64) {
         if let Ok(mut used) = self.used.lock() {
             *used = used.saturating_sub(bytes);
+            self.lend_rest(*used);
         }
         self.freed.notify_all();
+    }
+}
+
+impl Drop for Budget {
+    fn drop(&mut self) {
+        if self.lends_to_pool {
+            crate::array::pool::lend(0);
+        }
     }
 }
 
