@@ -20,12 +20,7 @@ pub struct Budget {
 impl Budget {
     /// A budget of `limit` bytes.
     pub fn new(limit: u64) -> Arc<Self> {
-        Arc::new(Budget {
-            limit,
-            used: Mutex::new(0),
-            freed: Condvar::new(),
-            lends_to_pool: false,
-        })
+        Self::build(limit, false)
     }
 
     /// A budget of `limit` bytes whose unreserved part the buffer pool may fill with freed
@@ -35,11 +30,15 @@ impl Budget {
     /// the process stays within the sum of their limits.
     pub fn lending_to_pool(limit: u64) -> Arc<Self> {
         crate::array::pool::lend(limit);
+        Self::build(limit, true)
+    }
+
+    fn build(limit: u64, lends_to_pool: bool) -> Arc<Self> {
         Arc::new(Budget {
             limit,
             used: Mutex::new(0),
             freed: Condvar::new(),
-            lends_to_pool: true,
+            lends_to_pool,
         })
     }
 
