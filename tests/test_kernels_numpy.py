@@ -950,3 +950,38 @@ def test_reduction_independent_of_threads_and_chunking(
     for result in results:
         np.testing.assert_array_equal(result, data.sum(axis=(0, 2)))
         assert result.dtype == data.sum(axis=(0, 2)).dtype
+
+
+@pytest.mark.parametrize(
+    ("selection", "single_stage"),
+    [
+        ([0, None, None], True),  # drops exactly the kept axis: the reduction writes the target
+        ([0, [0, 5, 1], None], False),  # also crops: an intermediate, then a copy
+    ],
+)
+def test_reduction_written_through_cast_and_squeeze(
+    run_plan: RunPlan, tmp_path: Path, selection: list[Any], single_stage: bool
+) -> None:
+    """Cubed ends reductions with a cast to the same dtype and an index that drops the kept
+    axes; the reduction then writes the target itself, and the values are the same either way."""
+    data = np.random.default_rng(5).standard_normal((9, 7, 11)).astype(np.float32)
+    src = tmp_path / "x.zarr"
+    write_v3(src, data, (2, 4, 5))
+    target = tmp_path / "m.zarr"
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(src)}],
+        "ops": [
+            {"id": "r", "op": "reduce", "input": "x", "func": "mean", "axes": [0],
+             "keepdims": True},
+            {"id": "c", "op": "elementwise", "inputs": ["r"],
+             "expr": {"op": "astype", "dtype": "float32", "args": [{"input": 0}]}},
+            {"id": "s", "op": "slice", "input": "c", "selection": selection},
+            {"id": "w", "op": "write", "input": "s", "target": str(target), "chunks": [3, 4]},
+        ],
+    }
+    summary = run_plan(plan, {})
+    assert (len(summary["stages"]) == 1) == single_stage, summary["stages"]
+    expected = data.mean(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)[0]
+    if not single_stage:
+        expected = expected[:5]
+    np.testing.assert_allclose(read_zarr(target), expected, rtol=1e-6, atol=1e-6)

@@ -6,7 +6,7 @@ use super::fuse::{self, Fused, MatId};
 use super::rechunk;
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
-use crate::plan::graph::{Graph, NodeKind, View};
+use crate::plan::graph::{Graph, NodeKind, TExpr, View, ViewAxis};
 use crate::plan::ReduceFunc;
 use crate::zarr::{ArraySpec, Codec, ZarrArray};
 
@@ -129,8 +129,16 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     let mut fused: Vec<Option<Fused>> = vec![None; n];
     // Write nodes whose producer wrote straight into their target.
     let mut produced_target: Vec<Option<MatId>> = vec![None; n];
+    // Nodes between a reduction and its write that only restate its result (see
+    // `reduce_epilogue`): they stand for the target the reduction writes.
+    let mut forwarded: Vec<Option<MatId>> = vec![None; n];
 
     for (i, node) in graph.nodes.iter().enumerate() {
+        if let Some(m) = forwarded[i] {
+            let mat = &materials[m];
+            fused[i] = Some(Fused::material(m, &mat.shape, mat.dtype, mat.grid.clone()));
+            continue;
+        }
         // The single consumer, when it is a write: producers of materials write there directly.
         let direct_write = match consumers[i].as_slice() {
             [c] if matches!(graph.nodes[*c].kind, NodeKind::Write { .. }) => Some(*c),
@@ -176,19 +184,36 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 fused[i] = Some(f.through(view, node.shape.clone(), node.grid.clone()));
             }
             NodeKind::Reduce(spec) => {
-                let out = match direct_write {
-                    Some(w) => {
+                let epilogue = match direct_write {
+                    Some(_) => None,
+                    None => {
+                        reduce_epilogue(graph, &consumers, i, spec.axes.as_slice(), spec.keepdims)
+                    }
+                };
+                let (out, keepdims) = match (direct_write, epilogue) {
+                    (Some(w), _) => {
                         let m = target_material(graph, w, &mut materials)?;
                         produced_target[w] = Some(m);
-                        m
+                        (m, spec.keepdims)
                     }
-                    None => intermediate(
-                        &mut materials,
-                        &node.id,
-                        &node.shape,
-                        node.dtype,
-                        &node.grid.chunk_shape(),
-                    )?,
+                    (None, Some(ep)) => {
+                        let m = target_material(graph, ep.write, &mut materials)?;
+                        produced_target[ep.write] = Some(m);
+                        for &j in &ep.through {
+                            forwarded[j] = Some(m);
+                        }
+                        (m, ep.keepdims)
+                    }
+                    (None, None) => {
+                        let m = intermediate(
+                            &mut materials,
+                            &node.id,
+                            &node.shape,
+                            node.dtype,
+                            &node.grid.chunk_shape(),
+                        )?;
+                        (m, spec.keepdims)
+                    }
                 };
                 let input = fused_of(&fused, spec.input)?.clone().cast_to(spec.compute);
                 stages.push(Stage::Reduce {
@@ -196,16 +221,17 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     out,
                     func: spec.func,
                     axes: spec.axes.clone(),
-                    keepdims: spec.keepdims,
+                    keepdims,
                     ddof: spec.ddof,
                     label: format!("{} of {}", spec.func.name(), graph.nodes[spec.input].id),
                 });
-                fused[i] = Some(Fused::material(
-                    out,
-                    &node.shape,
-                    node.dtype,
-                    materials[out].grid.clone(),
-                ));
+                let mat = &materials[out];
+                fused[i] = Some(if keepdims == spec.keepdims {
+                    Fused::material(out, &node.shape, node.dtype, mat.grid.clone())
+                } else {
+                    // Only the forwarded nodes read it, and they stand for the target.
+                    Fused::material(out, &mat.shape, mat.dtype, mat.grid.clone())
+                });
             }
             NodeKind::Fft(spec) => {
                 let input = fused_of(&fused, spec.input)?.clone();
@@ -294,6 +320,94 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
         }
     }
     Ok(PhysicalPlan { materials, stages })
+}
+
+/// Nodes after a reduction that change nothing but its rank, ending in a write.
+#[derive(Debug, PartialEq)]
+struct Epilogue {
+    /// The nodes between the reduction and the write.
+    through: Vec<usize>,
+    /// The write node.
+    write: usize,
+    /// Whether the reduction, writing the target itself, keeps its reduced axes.
+    keepdims: bool,
+}
+
+/// The chain after reduction `i` (each node the only consumer of the one before) of casts to
+/// the dtype the values already have and, when the reduction keeps its reduced axes, an
+/// indexing that drops exactly those axes, ending in a write: Cubed's plans end reductions
+/// this way. The reduction then writes the target itself (without the kept axes) instead of
+/// an intermediate that a second stage copies.
+fn reduce_epilogue(
+    graph: &Graph,
+    consumers: &[Vec<usize>],
+    i: usize,
+    axes: &[usize],
+    keepdims: bool,
+) -> Option<Epilogue> {
+    let mut at = i;
+    let mut keepdims = keepdims;
+    let mut through = Vec::new();
+    loop {
+        let [next] = consumers[at].as_slice() else {
+            return None;
+        };
+        let (prev, node) = (&graph.nodes[at], &graph.nodes[*next]);
+        match &node.kind {
+            NodeKind::Write { .. } => {
+                return (!through.is_empty()).then_some(Epilogue {
+                    through,
+                    write: *next,
+                    keepdims,
+                })
+            }
+            NodeKind::Elementwise { inputs, expr }
+                if inputs.len() == 1
+                    && node.shape == prev.shape
+                    && node.dtype == prev.dtype
+                    && restates_input(expr) => {}
+            NodeKind::Slice { view, .. }
+                if keepdims && drops_axes(view, &prev.shape, &node.shape, axes) =>
+            {
+                keepdims = false
+            }
+            _ => return None,
+        }
+        through.push(*next);
+        at = *next;
+    }
+}
+
+/// True when `expr` is its only input, cast (if at all) to the dtype it has.
+fn restates_input(expr: &TExpr) -> bool {
+    match expr {
+        TExpr::Input { idx, .. } => *idx == 0,
+        TExpr::Cast { to, arg } => arg.dtype() == *to && restates_input(arg),
+        _ => false,
+    }
+}
+
+/// True when `view` (from `out_shape` to `in_shape`) takes index 0 of each of `axes` (length 1
+/// in the input) and every other input axis whole, in order.
+fn drops_axes(view: &View, in_shape: &[u64], out_shape: &[u64], axes: &[usize]) -> bool {
+    if view.axes.len() != in_shape.len() || out_shape.len() + axes.len() != in_shape.len() {
+        return false;
+    }
+    let mut k = 0;
+    view.axes.iter().enumerate().all(|(d, a)| {
+        if axes.contains(&d) {
+            in_shape[d] == 1 && *a == ViewAxis::Fixed(0)
+        } else {
+            let whole =
+                *a == ViewAxis::Mapped {
+                    out_axis: k,
+                    start: 0,
+                    step: 1,
+                } && out_shape[k] == in_shape[d];
+            k += 1;
+            whole
+        }
+    })
 }
 
 /// The chunks of the array node `i` ends up written to, when it flows through elementwise
