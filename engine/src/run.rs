@@ -251,12 +251,13 @@ fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usiz
 }
 
 /// The tasks of one stage and its description. `task_share` is what one reduce task may hold
-/// (it decides how many pieces a task folds together).
+/// (it decides how many pieces a task folds together); `workers` run the tasks at once.
 fn stage_tasks(
     stage: &Stage,
     arrays: &Arc<Vec<Arc<ZarrArray>>>,
     batch_limit: u64,
     task_share: u64,
+    workers: usize,
 ) -> Result<(String, Vec<crate::exec::Task>)> {
     Ok(match stage {
         Stage::Compute {
@@ -297,6 +298,7 @@ fn stage_tasks(
                 },
                 label,
                 task_share,
+                workers,
             )?,
         ),
     })
@@ -404,7 +406,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     // created on disk.
     let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
     for stage in &physical.stages {
-        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share)?;
+        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share, threads as usize)?;
         engine.check_fits(&tasks)?;
     }
     drop(stand_ins);
@@ -446,7 +448,8 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         .collect();
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
-        let (mut name, mut tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
+        let (mut name, mut tasks) =
+            stage_tasks(stage, &arrays, batch_limit, task_share, threads as usize)?;
         // Small arrays that the stage's tasks would each read again are loaded once and
         // shared; the stage's tasks must still fit beside them.
         let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
@@ -456,7 +459,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         if !load.is_empty() && engine.check_fits(&load).is_ok() {
             progress.add_tasks(load.len() as u64);
             engine.scheduler.run(load)?;
-            (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share)?;
+            (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, threads as usize)?;
         }
         if let Some(out) = stage_output(stage).filter(|&o| resumed[o]) {
             let total = tasks.len();

@@ -311,7 +311,24 @@ const GROUP_BYTES: u64 = 64 << 20;
 /// At most this many pieces are folded together.
 const FOLD_MAX: usize = 8;
 
-/// The tasks of a reduce stage.
+/// Sizes of the groups `pieces` pieces are folded in, in order: `per_group` each, except
+/// that near the end of the stage (`later` pieces of other output chunks still follow) groups
+/// shrink to a share of what is left, so the last tasks are short and no worker idles long
+/// while another finishes a full group.
+fn group_sizes(pieces: usize, per_group: usize, later: usize, workers: usize) -> Vec<usize> {
+    let per_group = per_group.max(1);
+    let share = workers.max(1);
+    let mut sizes = Vec::new();
+    let mut left = pieces;
+    while left > 0 {
+        let size = per_group.min((left + later).div_ceil(share)).clamp(1, left);
+        sizes.push(size);
+        left -= size;
+    }
+    sizes
+}
+
+/// The tasks of a reduce stage, for `workers` running them at once.
 pub fn tasks(
     fused: Arc<Fused>,
     arrays: Arc<Vec<Arc<ZarrArray>>>,
@@ -319,15 +336,28 @@ pub fn tasks(
     params: ReduceParams,
     label: &str,
     max_task_bytes: u64,
+    workers: usize,
 ) -> Result<Vec<Task>> {
     let params = Arc::new(params);
     let in_shape = fused.shape.clone();
     let count: u64 = params.axes.iter().map(|&a| in_shape[a]).product();
     let mut tasks = Vec::new();
-    for idx in out.grid().chunk_indices() {
-        let out_region = out.grid().chunk_region(&idx);
+    let chunk_pieces: Vec<(Vec<u64>, Region, Vec<Region>)> = out
+        .grid()
+        .chunk_indices()
+        .into_iter()
+        .map(|idx| {
+            let out_region = out.grid().chunk_region(&idx);
+            let chunk_input = input_region(&params, &in_shape, &out_region);
+            let regions = pieces(&params, &fused.grid, &chunk_input);
+            (idx, out_region, regions)
+        })
+        .collect();
+    let mut later: usize = chunk_pieces.iter().map(|(_, _, p)| p.len()).sum();
+    for (idx, out_region, regions) in chunk_pieces {
+        later -= regions.len();
         let chunk_input = input_region(&params, &in_shape, &out_region);
-        let reads: Vec<RegionRead> = pieces(&params, &fused.grid, &chunk_input)
+        let reads: Vec<RegionRead> = regions
             .iter()
             .map(|p| RegionRead::plan(&fused, &arrays, p))
             .collect();
@@ -346,7 +376,15 @@ pub fn tasks(
         let groups: Vec<Vec<RegionRead>> = if reads.is_empty() {
             vec![Vec::new()]
         } else {
-            reads.chunks(per_group).map(|c| c.to_vec()).collect()
+            let mut rest = reads.as_slice();
+            group_sizes(reads.len(), per_group, later, workers)
+                .into_iter()
+                .map(|size| {
+                    let (group, tail) = rest.split_at(size);
+                    rest = tail;
+                    group.to_vec()
+                })
+                .collect()
         };
         let out_bytes = out_region.len() * out.dtype().size() as u64;
         let acc_len = out_region.len() as usize;
@@ -397,4 +435,34 @@ pub fn tasks(
         }
     }
     Ok(tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_sizes;
+
+    #[test]
+    fn groups_cover_every_piece_in_order() {
+        for (pieces, per_group, later, workers) in [
+            (256, 15, 0, 2),
+            (7, 3, 0, 4),
+            (1, 1, 0, 1),
+            (40, 8, 1000, 2),
+            (10, 64, 0, 2),
+        ] {
+            let sizes = group_sizes(pieces, per_group, later, workers);
+            assert_eq!(sizes.iter().sum::<usize>(), pieces);
+            assert!(sizes.iter().all(|&s| (1..=per_group).contains(&s)));
+        }
+    }
+
+    #[test]
+    fn groups_shrink_only_at_the_end_of_the_stage() {
+        // Far from the end: full groups.
+        assert_eq!(group_sizes(40, 8, 1000, 2), vec![8; 5]);
+        // The stage's last pieces: full groups, then halves of what is left.
+        let sizes = group_sizes(256, 15, 0, 2);
+        assert_eq!(&sizes[..16], &[15; 16]);
+        assert_eq!(&sizes[16..], &[8, 4, 2, 1, 1]);
+    }
 }
