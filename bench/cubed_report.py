@@ -49,7 +49,7 @@ def _check(rust_dst: Path, threads_dst: Path, op: str) -> str:
 
 
 def measure_cubed(
-    measure: Callable[..., Any],
+    measure_rounds: Callable[..., Any],
     binary: Path,
     source: Path,
     work: Path,
@@ -60,33 +60,32 @@ def measure_cubed(
     source_chunks: tuple[int, ...],
     rechunk_chunks: tuple[int, ...],
 ) -> list[CubedResult]:
-    """Time every workload with both executors plus its floor; compare their outputs."""
+    """Time every workload with both executors plus its floor, in rounds (each round runs the
+    floor's commands and both executors once, so a drifting host slows all of them alike);
+    compare the executors' outputs."""
     py = sys.executable
 
-    def floor(kind: str, chunks: tuple[int, ...] | None) -> float | None:
+    def floor_job(kind: str, chunks: tuple[int, ...] | None) -> Any:
         argv = [str(binary), "bench", kind, str(source), "--threads", threads, "--json"]
         if chunks is not None:
             argv[4:4] = ["--chunks", ",".join(map(str, chunks)), "--codec", "zstd:3"]
-        return measure("floor", f"chunkfuse {kind}", argv, nbytes, repeat, None).seconds
+        return ("floor", f"chunkfuse {kind}", argv, nbytes, None)
 
-    def op_floor(op: str) -> tuple[float | None, str]:
-        read = floor("read", None)
+    def floor_jobs(op: str) -> tuple[list[Any], str]:
         if op in ("sum", "mean"):
-            return read, "decode the input"
+            return [floor_job("read", None)], "decode the input"
         if op == "anomaly":
-            codec = floor("codec", source_chunks)
             return (
-                (read + codec) if read and codec else None,
+                [floor_job("read", None), floor_job("codec", source_chunks)],
                 "decode the input twice (mean, then anomaly) and encode the output (zstd 3)",
             )
-        return floor("codec", rechunk_chunks), "decode the input, encode (zstd 3)"
+        return [floor_job("codec", rechunk_chunks)], "decode the input, encode (zstd 3)"
 
     results = []
     for op in WORKLOADS:
         print(f"cubed {op}:", file=sys.stderr)
-        # Each workload's floor is measured right before it: shared machines drift.
-        floor_seconds, floor_what = op_floor(op)
-        rows = {}
+        floors, floor_what = floor_jobs(op)
+        jobs = list(floors)
         for executor in ("rust", "threads"):
             dst = work / f"cubed-{op}-{executor}.zarr"
             argv = [py, str(SCRIPT), executor, op, str(source), str(dst)]
@@ -94,11 +93,13 @@ def measure_cubed(
             if op == "rechunk":
                 argv += ["--chunks", ",".join(map(str, rechunk_chunks))]
             label = "RustExecutor" if executor == "rust" else "cubed threads"
-            rows[executor] = measure(f"cubed {op}", label, argv, nbytes, repeat, dst)
+            jobs.append((f"cubed {op}", label, argv, nbytes, dst))
+        measured = measure_rounds(jobs, repeat)
+        floor_rows, (rust, threads_row) = measured[: len(floors)], measured[len(floors) :]
+        parts = [r.seconds for r in floor_rows]
+        floor_seconds = sum(parts) if all(parts) else None
         check = _check(work / f"cubed-{op}-rust.zarr", work / f"cubed-{op}-threads.zarr", op)
-        results.append(
-            CubedResult(op, rows["rust"], rows["threads"], floor_seconds, floor_what, check)
-        )
+        results.append(CubedResult(op, rust, threads_row, floor_seconds, floor_what, check))
     return results
 
 

@@ -46,7 +46,7 @@ def check(outputs: dict[str, Path]) -> dict[str, str]:
 
 
 def measure_fft(
-    measure: Callable[..., Any],
+    measure_rounds: Callable[..., Any],
     binary: Path,
     source: Path,
     work: Path,
@@ -63,12 +63,13 @@ def measure_fft(
     for op, plan in PLANS.items():
         print(f"{op}:", file=sys.stderr)
         outputs: dict[str, Path] = {}
+        jobs: list[tuple[str, str, list[str], int, Path | None]] = []
         dst = work / f"{op}-chunkfuse.zarr"
         argv = [
             str(binary), "run", str(REPO / "plans" / plan), "--param", f"source={source}",
             "--param", f"target={dst}", "--max-mem", max_mem, "--threads", threads, "--json",
         ]
-        rows.append(measure(op, "chunkfuse", argv, nbytes, repeat, dst))
+        jobs.append((op, "chunkfuse", argv, nbytes, dst))
         outputs["chunkfuse"] = dst
         if with_dask:
             dst = work / f"{op}-dask.zarr"
@@ -77,8 +78,10 @@ def measure_fft(
                 "--threads", threads, "--chunks", ",".join(map(str, target_chunks)),
                 "--max-mem", max_mem,
             ]
-            rows.append(measure(op, "dask", argv, nbytes, repeat, dst))
+            jobs.append((op, "dask", argv, nbytes, dst))
             outputs["dask"] = dst
+        # In rounds (chunkfuse, Dask, chunkfuse, ...): both see the same host speed.
+        rows += measure_rounds(jobs, repeat)
         for tool, status in check(outputs).items():
             checks[(op, tool)] = status
     return rows, checks

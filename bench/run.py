@@ -4,7 +4,9 @@
                         [--max-mem 1GB] [--quick]
 
 Makes (or reuses) a float32 (time, 721, 1440) array with scripts/make_era5.py (zstd level 3,
-one chunk per step), warms the page cache, then times, best of --repeat:
+one chunk per step), warms the page cache, then times, best of --repeat (taken in rounds: each
+round runs every tool of a comparison once, in turn, so a host whose speed drifts slows them
+alike):
 
   sum      chunkfuse run plans/era5-sum.json  vs  Dask (threads) ((x + 1) * 2).sum(axis=0)
            vs numpy + zarr-python reading everything (all write the result to Zarr v3, zstd 3)
@@ -105,6 +107,52 @@ class Row:
         return self.nbytes / self.seconds / 1e9 if self.seconds else None
 
 
+#: One measurement: (op, tool, argv, decoded bytes, output to delete before each run or None).
+Job = tuple[str, str, list[str], int, Path | None]
+
+
+def measure_rounds(jobs: list[Job], repeat: int, seconds_key: str | None = "seconds") -> list[Row]:
+    """Best of ``repeat`` runs of each job, taken in rounds: every round runs each job once, in
+    turn, so a host whose speed drifts during the bench slows every tool of a comparison alike
+    (rather than whichever tool happened to run in the slow minutes). ``seconds_key``: field of
+    the child's JSON with its own timing (None: use wall time)."""
+    rows = [Row(op, tool, shlex.join(argv), nbytes=nbytes) for op, tool, argv, nbytes, _ in jobs]
+    failed = [False] * len(jobs)
+    for _ in range(repeat):
+        for k, ((op, tool, argv, _, cleanup), row) in enumerate(zip(jobs, rows, strict=True)):
+            if not failed[k]:
+                failed[k] = not _run_once(op, tool, argv, cleanup, row, seconds_key)
+    return rows
+
+
+def _run_once(
+    op: str, tool: str, argv: list[str], cleanup: Path | None, row: Row, seconds_key: str | None
+) -> bool:
+    """One run of a job into ``row`` (its best time and largest peak RSS); False on failure."""
+    if cleanup is not None and cleanup.exists():
+        shutil.rmtree(cleanup)
+    proc = run_child(argv)
+    if proc.returncode != 0:
+        row.note = f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+        print(f"  {tool} {op}: {row.note}", file=sys.stderr)
+        return False
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        row.note = f"no JSON on stdout: {proc.stdout[-200:]!r}"
+        return False
+    seconds = float(out[seconds_key]) if seconds_key else proc.wall
+    if row.seconds is None or seconds < row.seconds:
+        row.seconds, row.wall, row.extra = seconds, proc.wall, out
+    row.peak_rss = max(row.peak_rss or 0, proc.peak_rss)
+    print(
+        f"  {tool:<12} {op:<8} {seconds:8.3f} s  wall {proc.wall:7.3f} s  "
+        f"peak RSS {proc.peak_rss / 2**20:8.1f} MiB",
+        file=sys.stderr,
+    )
+    return True
+
+
 def measure(
     op: str,
     tool: str,
@@ -114,32 +162,8 @@ def measure(
     cleanup: Path | None,
     seconds_key: str | None = "seconds",
 ) -> Row:
-    """Best of ``repeat`` runs. ``seconds_key``: field of the child's JSON with its own timing
-    (None: use wall time)."""
-    row = Row(op, tool, shlex.join(argv), nbytes=nbytes)
-    for _ in range(repeat):
-        if cleanup is not None and cleanup.exists():
-            shutil.rmtree(cleanup)
-        proc = run_child(argv)
-        if proc.returncode != 0:
-            row.note = f"failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
-            print(f"  {tool} {op}: {row.note}", file=sys.stderr)
-            return row
-        try:
-            out = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
-            row.note = f"no JSON on stdout: {proc.stdout[-200:]!r}"
-            return row
-        seconds = float(out[seconds_key]) if seconds_key else proc.wall
-        if row.seconds is None or seconds < row.seconds:
-            row.seconds, row.wall, row.extra = seconds, proc.wall, out
-        row.peak_rss = max(row.peak_rss or 0, proc.peak_rss)
-        print(
-            f"  {tool:<12} {op:<8} {seconds:8.3f} s  wall {proc.wall:7.3f} s  "
-            f"peak RSS {proc.peak_rss / 2**20:8.1f} MiB",
-            file=sys.stderr,
-        )
-    return row
+    """Best of ``repeat`` runs of one command."""
+    return measure_rounds([(op, tool, argv, nbytes, cleanup)], repeat, seconds_key)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,7 +396,9 @@ def write_report(
         "",
         (
             f"Threads: {args.threads}; --max-mem {args.max_mem} for chunkfuse (and cubed's "
-            f"allowed_mem); best of {args.repeat}. `seconds` is each tool's own timing of the "
+            f"allowed_mem); best of {args.repeat}, taken in rounds (each round runs every tool "
+            "of an op, floors included, once in turn, so the host's drift during the bench "
+            "slows all of them alike). `seconds` is each tool's own timing of the "
             "work (chunkfuse's `--json` seconds; peers time from after imports and open to the "
             "result written); `wall s` is the whole child process, start-up and imports "
             "included. GB/s = decoded input bytes / seconds. Ratio = seconds / chunkfuse seconds "
@@ -463,10 +489,11 @@ def main(argv: list[str] | None = None) -> int:
         # (a) sum ------------------------------------------------------------------------
         print("sum:", file=sys.stderr)
         sum_out: dict[str, Path] = {}
+        jobs: list[Job] = []
         if SUM_PLAN.exists():
             dst = work / "sum-chunkfuse.zarr"
-            rows.append(
-                measure(
+            jobs.append(
+                (
                     "sum",
                     "chunkfuse",
                     [
@@ -484,7 +511,6 @@ def main(argv: list[str] | None = None) -> int:
                         "--json",
                     ],
                     nbytes,
-                    args.repeat,
                     dst,
                 )
             )
@@ -493,8 +519,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(Row("sum", "chunkfuse", "", note=f"{SUM_PLAN} missing"))
         for tool in peers:
             dst = work / f"sum-{tool}.zarr"
-            rows.append(
-                measure(
+            jobs.append(
+                (
                     "sum",
                     tool,
                     [
@@ -510,7 +536,6 @@ def main(argv: list[str] | None = None) -> int:
                         args.max_mem,
                     ],
                     nbytes,
-                    args.repeat,
                     dst,
                 )
             )
@@ -518,49 +543,48 @@ def main(argv: list[str] | None = None) -> int:
         if "dask" in peers:
             # The same Dask code with scheduler=chunkfuse.dask.get.
             dst = work / "sum-chunkfuse-dask.zarr"
-            rows.append(
-                measure(
+            jobs.append(
+                (
                     "sum",
                     "chunkfuse.dask",
                     [py, str(PEERS), "chunkfuse-dask", "sum", str(source), str(dst),
                      "--threads", threads],
                     nbytes,
-                    args.repeat,
                     dst,
                 )
             )
             sum_out["chunkfuse.dask"] = dst
-        for tool, status in check_sum(sum_out, source).items():
-            checks[("sum", tool)] = status
         # The sum's floor: read and decode every chunk through the engine, no compute.
-        rows.append(
-            measure(
+        jobs.append(
+            (
                 "sum",
                 "chunkfuse read floor",
                 [str(binary), "bench", "read", str(source), "--threads", threads, "--json"],
                 nbytes,
-                args.repeat,
                 None,
             )
         )
+        rows += measure_rounds(jobs, args.repeat)
+        for tool, status in check_sum(sum_out, source).items():
+            checks[("sum", tool)] = status
 
         # (b) decode floor -----------------------------------------------------------------
         print("decode:", file=sys.stderr)
-        rows.append(
-            measure(
+        jobs = []
+        jobs.append(
+            (
                 "decode",
                 "chunkfuse",
                 [str(binary), "bench", "decode", str(source), "--threads", threads, "--json"],
                 nbytes,
-                args.repeat,
                 None,
             )
         )
         for tool in peers:
             if tool in ("numpy", "dask", "tensorstore"):
                 label = "zarr-python" if tool == "numpy" else tool
-                rows.append(
-                    measure(
+                jobs.append(
+                    (
                         "decode",
                         label,
                         [
@@ -574,17 +598,19 @@ def main(argv: list[str] | None = None) -> int:
                             threads,
                         ],
                         nbytes,
-                        args.repeat,
                         None,
                     )
                 )
 
+        rows += measure_rounds(jobs, args.repeat)
+
         # (c) rechunk ----------------------------------------------------------------------
         print("rechunk:", file=sys.stderr)
+        jobs = []
         rechunk_out: dict[str, Path] = {}
         dst = work / "rechunk-chunkfuse.zarr"
-        rows.append(
-            measure(
+        jobs.append(
+            (
                 "rechunk",
                 "chunkfuse",
                 [
@@ -603,13 +629,12 @@ def main(argv: list[str] | None = None) -> int:
                     "--json",
                 ],
                 nbytes,
-                args.repeat,
                 dst,
             )
         )
         rechunk_out["chunkfuse"] = dst
-        rows.append(
-            measure(
+        jobs.append(
+            (
                 "rechunk",
                 "chunkfuse codec floor",
                 [
@@ -626,7 +651,6 @@ def main(argv: list[str] | None = None) -> int:
                     "--json",
                 ],
                 nbytes,
-                args.repeat,
                 None,
             )
         )
@@ -634,8 +658,8 @@ def main(argv: list[str] | None = None) -> int:
             if tool == "numpy":
                 continue  # reading 1 GB and writing it back is not a rechunking strategy
             dst = work / f"rechunk-{tool}.zarr"
-            rows.append(
-                measure(
+            jobs.append(
+                (
                     "rechunk",
                     tool,
                     [
@@ -653,11 +677,11 @@ def main(argv: list[str] | None = None) -> int:
                         args.max_mem,
                     ],
                     nbytes,
-                    args.repeat,
                     dst,
                 )
             )
             rechunk_out[tool] = dst
+        rows += measure_rounds(jobs, args.repeat)
         for tool, status in check_rechunk(rechunk_out, source).items():
             checks[("rechunk", tool)] = status
 
@@ -666,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             from fft_report import measure_fft
 
             fft_rows, fft_checks = measure_fft(
-                measure,
+                measure_rounds,
                 binary,
                 source,
                 work,
@@ -685,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
             from cubed_report import measure_cubed
 
             cubed_results = measure_cubed(
-                measure,
+                measure_rounds,
                 binary,
                 source,
                 work,
