@@ -7,7 +7,9 @@
 //! result. A program made only of float32 loads, constants and such functions is therefore
 //! evaluated here in f32: half the bytes per value, twice the SIMD lanes, no conversions
 //! between steps, constants as scalars rather than filled registers, and contiguous leaves
-//! read in place rather than copied.
+//! read in place rather than copied. The modulus of a complex64 leaf (as in a power spectrum,
+//! `abs(z) ** 2`) joins such programs as a load: the general evaluator computes it in f64 and
+//! rounds it to float32, and so does this path.
 
 use super::program::Inst;
 use super::work::{wrap_int, Strided, TILE};
@@ -26,9 +28,23 @@ enum Arg {
 /// One step; its value is the slot with the step's index.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Step {
-    Load { leaf: usize },
-    Unary { func: Func, a: usize },
-    Binary { func: Func, a: Arg, b: Arg },
+    Load {
+        leaf: usize,
+    },
+    /// `|z|` of a complex64 leaf, as the general evaluator computes it (the parts squared
+    /// and summed in f64, its square root rounded to float32).
+    LoadAbs {
+        leaf: usize,
+    },
+    Unary {
+        func: Func,
+        a: usize,
+    },
+    Binary {
+        func: Func,
+        a: Arg,
+        b: Arg,
+    },
 }
 
 /// A program whose values are all float32, compiled to single-precision steps.
@@ -117,12 +133,38 @@ impl Fast32 {
             steps.push(s);
             Arg::Step(steps.len() - 1)
         };
+        // Complex64 leaves, usable only through `abs` (calls below check their arguments
+        // are float32, casts that they cast float32 or constants).
+        let mut complex_leaf: Vec<Option<usize>> = Vec::with_capacity(insts.len());
         for inst in insts {
+            complex_leaf.push(match inst {
+                Inst::Load {
+                    leaf,
+                    dtype: DType::C64,
+                } => Some(*leaf),
+                _ => None,
+            });
             let v = match inst {
                 Inst::Load {
                     leaf,
                     dtype: DType::F32,
                 } => push(&mut steps, Step::Load { leaf: *leaf }),
+                Inst::Load {
+                    dtype: DType::C64, ..
+                } => Arg::Scalar(f32::NAN),
+                Inst::Call {
+                    func: Func::Abs,
+                    sig,
+                    args,
+                } if sig.compute == DType::C64 && sig.result == DType::F32 => match args[..] {
+                    [a] => push(
+                        &mut steps,
+                        Step::LoadAbs {
+                            leaf: (*complex_leaf.get(a)?)?,
+                        },
+                    ),
+                    _ => return None,
+                },
                 // A constant of another dtype is only usable through a cast to float32 (calls
                 // below take float32 arguments only), which gives this value.
                 Inst::Const { value, dtype } => Arg::Scalar(const_as_f32(*value, *dtype)?),
@@ -247,6 +289,22 @@ impl Fast32 {
                             .for_each(|(i, d)| *d = src[at.offset + i * s]),
                     }
                 }
+                Step::LoadAbs { leaf } => {
+                    let (buf, at) = leaves[leaf];
+                    let src = buf.as_slice::<[f32; 2]>()?;
+                    let modulus = |z: &[f32; 2]| {
+                        let (re, im) = (z[0] as f64, z[1] as f64);
+                        (re * re + im * im).sqrt() as f32
+                    };
+                    match at.stride {
+                        1 => map_from(&src[at.offset..at.offset + n], dst, modulus),
+                        0 => dst.fill(modulus(&src[at.offset])),
+                        s => dst
+                            .iter_mut()
+                            .enumerate()
+                            .for_each(|(i, d)| *d = modulus(&src[at.offset + i * s])),
+                    }
+                }
                 Step::Unary { func, a } => {
                     let a = direct[a].unwrap_or(&before[a][..n]);
                     match func {
@@ -283,6 +341,11 @@ impl Fast32 {
         }
         Ok(())
     }
+}
+
+#[inline(always)]
+fn map_from<T>(a: &[T], out: &mut [f32], f: impl Fn(&T) -> f32) {
+    out.iter_mut().zip(a).for_each(|(o, x)| *o = f(x));
 }
 
 #[inline(always)]
@@ -450,6 +513,94 @@ mod tests {
                     prop_assert!(same(out[i], want[i]), "{prog:?} at {i}: {} vs {}", out[i], want[i]);
                 }
             }
+        }
+    }
+
+    fn complex_load(leaf: usize) -> Inst {
+        Inst::Load {
+            leaf,
+            dtype: DType::C64,
+        }
+    }
+
+    fn complex_abs(arg: usize) -> Inst {
+        Inst::Call {
+            func: Func::Abs,
+            sig: Signature {
+                compute: DType::C64,
+                result: DType::F32,
+            },
+            args: vec![arg],
+        }
+    }
+
+    proptest! {
+        /// `abs` of complex64 leaves (a power spectrum is `abs(z) * abs(z)`), bit for bit what
+        /// the general evaluator gives.
+        #[test]
+        fn complex_moduli_match_the_general_evaluator(
+            z in proptest::collection::vec(prop_oneof![
+                -1e30f32..1e30f32, Just(f32::NAN), Just(0.0f32), Just(-0.0f32),
+                Just(f32::INFINITY), Just(3.4e38f32), 1e-40f32..1e-37f32], 2..=2 * TILE),
+            stride in 0usize..3,
+        ) {
+            let n = z.len() / 2;
+            let mut zb = Buffer::zeros(DType::C64, n);
+            zb.as_slice_mut::<[f32; 2]>().unwrap().iter_mut().enumerate().for_each(|(i, v)| {
+                *v = [z[2 * i], z[2 * i + 1]];
+            });
+            let count = if stride == 0 { 1 } else { n.div_ceil(stride) };
+            let leaves = [(&zb, Strided { offset: 0, stride })];
+            let squared = Program {
+                insts: vec![complex_load(0), complex_abs(0), call(Func::Multiply, vec![1, 1])],
+            };
+            let plus = Program {
+                insts: vec![
+                    complex_load(0),
+                    complex_abs(0),
+                    Inst::Const { value: Scalar::Float(0.25), dtype: DType::F32 },
+                    call(Func::Add, vec![1, 2]),
+                ],
+            };
+            for prog in [squared, plus] {
+                let fast = Fast32::compile(&prog.insts).expect("compiles");
+                let mut scratch = fast.scratch();
+                let mut out = vec![0.0f64; TILE];
+                fast.eval(&mut scratch, &leaves, count, &mut out).unwrap();
+                let want = general(&prog, &leaves, count);
+                for i in 0..count {
+                    prop_assert!(same(out[i], want[i]), "{prog:?} at {i}: {} vs {}", out[i], want[i]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn complex_leaves_are_only_read_through_abs() {
+        // The complex value itself, its cast to float32 or arithmetic on it: general path.
+        for insts in [
+            vec![complex_load(0)],
+            vec![
+                complex_load(0),
+                Inst::Cast {
+                    arg: 0,
+                    to: DType::F32,
+                },
+            ],
+            vec![
+                complex_load(0),
+                Inst::Call {
+                    func: Func::Multiply,
+                    sig: Signature {
+                        compute: DType::C64,
+                        result: DType::C64,
+                    },
+                    args: vec![0, 0],
+                },
+                complex_abs(1),
+            ],
+        ] {
+            assert!(Fast32::compile(&insts).is_none(), "{insts:?}");
         }
     }
 
