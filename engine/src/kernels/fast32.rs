@@ -238,25 +238,43 @@ impl Fast32 {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.eval_avx2(scratch, leaves, n, out) };
+            return unsafe { self.eval_avx2::<false>(scratch, leaves, n, out) };
         }
-        self.eval_impl(scratch, leaves, n, out)
+        self.eval_impl::<false>(scratch, leaves, n, out)
+    }
+
+    /// Evaluates `n` values (n ≤ TILE) and adds them, as f64, to `sums` (a sum's fold without
+    /// a register in between: the same additions [`eval`](Self::eval) and a fold make).
+    pub fn eval_add(
+        &self,
+        scratch: &mut [Vec<f32>],
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        sums: &mut [f64],
+    ) -> Result<()> {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { self.eval_avx2::<true>(scratch, leaves, n, sums) };
+        }
+        self.eval_impl::<true>(scratch, leaves, n, sums)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn eval_avx2(
+    unsafe fn eval_avx2<const ADD: bool>(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
         out: &mut [f64],
     ) -> Result<()> {
-        self.eval_impl(scratch, leaves, n, out)
+        self.eval_impl::<ADD>(scratch, leaves, n, out)
     }
 
+    /// Evaluates `n` values into `out` (`ADD`: added to what `out` holds).
     #[inline(always)]
-    fn eval_impl(
+    fn eval_impl<const ADD: bool>(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
@@ -332,11 +350,16 @@ impl Fast32 {
             }
         }
         let out = &mut out[..n];
-        match self.result {
-            Arg::Scalar(x) => out.fill(x as f64),
-            Arg::Step(k) => {
+        match (self.result, ADD) {
+            (Arg::Scalar(x), false) => out.fill(x as f64),
+            (Arg::Scalar(x), true) => out.iter_mut().for_each(|o| *o += x as f64),
+            (Arg::Step(k), false) => {
                 let r = direct[k].unwrap_or(&scratch[k][..n]);
                 out.iter_mut().zip(r).for_each(|(o, x)| *o = *x as f64);
+            }
+            (Arg::Step(k), true) => {
+                let r = direct[k].unwrap_or(&scratch[k][..n]);
+                out.iter_mut().zip(r).for_each(|(o, x)| *o += *x as f64);
             }
         }
         Ok(())
@@ -511,6 +534,13 @@ mod tests {
                 let want = general(&prog, &leaves, n);
                 for i in 0..n {
                     prop_assert!(same(out[i], want[i]), "{prog:?} at {i}: {} vs {}", out[i], want[i]);
+                }
+                // Added straight into running sums: the same additions a fold makes.
+                let mut sums: Vec<f64> = (0..TILE).map(|i| i as f64 * 0.37 - 20.0).collect();
+                fast.eval_add(&mut scratch, &leaves, n, &mut sums).unwrap();
+                for i in 0..n {
+                    let expected = (i as f64 * 0.37 - 20.0) + want[i];
+                    prop_assert!(same(sums[i], expected), "{prog:?} sum at {i}: {} vs {expected}", sums[i]);
                 }
             }
         }

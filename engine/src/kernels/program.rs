@@ -139,6 +139,22 @@ impl Program {
         self.eval_general(&mut regs.regs, leaves, n)
     }
 
+    /// Adds `n` values (n ≤ TILE) to `sums` when the program runs in single precision (as
+    /// [`Program::eval_tile`] and a sum's fold would, without the register in between);
+    /// `Ok(false)`, touching nothing, when it does not.
+    pub fn eval_tile_add(
+        &self,
+        regs: &mut Registers,
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        sums: &mut [f64],
+    ) -> Result<bool> {
+        match regs.fast32.as_mut() {
+            Some((fast, scratch)) => fast.eval_add(scratch, leaves, n, sums).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     /// [`Program::eval_tile`] by the general evaluator: every float in f64.
     pub fn eval_general(
         &self,

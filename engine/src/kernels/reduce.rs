@@ -123,6 +123,15 @@ impl Accumulator {
         }
     }
 
+    /// The running sums of a float sum or mean, for folds that add values straight in (the
+    /// same additions [`fold`](Self::fold) makes); `None` for every other reduction.
+    pub fn plain_sums(&mut self) -> Option<&mut [f64]> {
+        match (&mut self.state, self.func) {
+            (State::F(buf), ReduceFunc::Sum | ReduceFunc::Mean) => buf.as_slice_mut::<f64>().ok(),
+            _ => None,
+        }
+    }
+
     /// True when `fold` needs tile positions (`merge` must be off in the driver).
     pub fn needs_positions(&self) -> bool {
         matches!(self.func, ReduceFunc::Argmin | ReduceFunc::Argmax)

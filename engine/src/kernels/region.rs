@@ -45,6 +45,27 @@ pub fn drive(
     merge: bool,
     mut sink: impl FnMut(&Reg, usize, TileTarget) -> Result<()>,
 ) -> Result<()> {
+    drive_tiles(
+        leaves,
+        shape,
+        sink_strides,
+        merge,
+        |tile_leaves, n, target| {
+            let r = prog.eval_tile(regs, tile_leaves, n)?;
+            sink(&regs.regs[r], n, target)
+        },
+    )
+}
+
+/// Walks a region of `shape` tile by tile (as [`drive`] does), handing `tile` each tile's
+/// leaf positions, its length and where its results go; `tile` evaluates it.
+pub fn drive_tiles(
+    leaves: &[LeafInput],
+    shape: &[u64],
+    sink_strides: &[usize],
+    merge: bool,
+    mut tile: impl FnMut(&[(&Buffer, Strided)], usize, TileTarget) -> Result<()>,
+) -> Result<()> {
     if shape.contains(&0) {
         return Ok(());
     }
@@ -122,14 +143,13 @@ pub fn drive(
                     stride: inner_strides[k],
                 };
             }
-            let r = prog.eval_tile(regs, &tile_leaves, n)?;
             idx[rank - 1] = t as u64;
             let target = TileTarget {
                 offset: bases[n_ops - 1] + t * inner_strides[n_ops - 1],
                 stride: inner_strides[n_ops - 1],
                 index: if merge { &[] } else { &idx },
             };
-            sink(&regs.regs[r], n, target)?;
+            tile(&tile_leaves, n, target)?;
             t += n;
         }
         idx[rank - 1] = 0;

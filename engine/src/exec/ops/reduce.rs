@@ -11,7 +11,8 @@ use crate::array::{ChunkGrid, Region};
 use crate::error::{Error, Result};
 use crate::exec::memory::Reservation;
 use crate::exec::task::{Processor, Task, TaskContext, WriteOp};
-use crate::kernels::{drive, Accumulator};
+use crate::kernels::region::drive_tiles;
+use crate::kernels::Accumulator;
 use crate::optimize::fuse::Fused;
 use crate::plan::ReduceFunc;
 use crate::zarr::ZarrArray;
@@ -156,14 +157,28 @@ impl ReduceProcessor {
                     base = start as usize * strides[axis];
                 }
                 let piece = &*piece;
-                drive(
-                    &self.fused.program,
-                    &mut regs,
+                let program = &self.fused.program;
+                drive_tiles(
                     &leaves,
                     &shape,
                     &strides,
                     !positions,
-                    |reg, n, at| {
+                    |tile_leaves, n, at| {
+                        let at = crate::kernels::region::TileTarget {
+                            offset: at.offset + base,
+                            ..at
+                        };
+                        // Sums of single-precision programs add each tile straight in.
+                        if at.stride == 1 {
+                            if let Some(sums) = acc.plain_sums() {
+                                let sums = &mut sums[at.offset..at.offset + n];
+                                if program.eval_tile_add(&mut regs, tile_leaves, n, sums)? {
+                                    return Ok(());
+                                }
+                            }
+                        }
+                        let r = program.eval_tile(&mut regs, tile_leaves, n)?;
+                        let reg = &regs.regs[r];
                         let index = if positions {
                             // Global reduction index of the tile's first value and the step.
                             if axes.len() == 1 && rank > 1 {
@@ -178,10 +193,6 @@ impl ReduceProcessor {
                             }
                         } else {
                             (0, 0)
-                        };
-                        let at = crate::kernels::region::TileTarget {
-                            offset: at.offset + base,
-                            ..at
                         };
                         acc.fold(reg, n, at, index)
                     },
