@@ -392,7 +392,8 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let batch_limit = (engine.max_mem / 16).max(1);
     // Room for two tasks per thread: reductions fold several pieces per pass over their
     // accumulator only when a task may hold them.
-    let threads = engine.scheduler.threads().max(1) as u64;
+    let workers = engine.scheduler.threads().max(1);
+    let threads = workers as u64;
     let task_share = (task_budget / (2 * threads)).max(2 * batch_limit);
     let physical = stages::plan(
         &graph,
@@ -406,7 +407,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     // created on disk.
     let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
     for stage in &physical.stages {
-        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share, threads as usize)?;
+        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share, workers)?;
         engine.check_fits(&tasks)?;
     }
     drop(stand_ins);
@@ -448,8 +449,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         .collect();
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
-        let (mut name, mut tasks) =
-            stage_tasks(stage, &arrays, batch_limit, task_share, threads as usize)?;
+        let (mut name, mut tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
         // Small arrays that the stage's tasks would each read again are loaded once and
         // shared; the stage's tasks must still fit beside them.
         let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
@@ -459,7 +459,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         if !load.is_empty() && engine.check_fits(&load).is_ok() {
             progress.add_tasks(load.len() as u64);
             engine.scheduler.run(load)?;
-            (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, threads as usize)?;
+            (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
         }
         if let Some(out) = stage_output(stage).filter(|&o| resumed[o]) {
             let total = tasks.len();

@@ -133,22 +133,14 @@ impl Fast32 {
             steps.push(s);
             Arg::Step(steps.len() - 1)
         };
-        // Complex64 leaves, usable only through `abs` (calls below check their arguments
-        // are float32, casts that they cast float32 or constants).
-        let mut complex_leaf: Vec<Option<usize>> = Vec::with_capacity(insts.len());
         for inst in insts {
-            complex_leaf.push(match inst {
-                Inst::Load {
-                    leaf,
-                    dtype: DType::C64,
-                } => Some(*leaf),
-                _ => None,
-            });
             let v = match inst {
                 Inst::Load {
                     leaf,
                     dtype: DType::F32,
                 } => push(&mut steps, Step::Load { leaf: *leaf }),
+                // A complex64 leaf is only usable through `abs` (calls below check their
+                // arguments are float32, casts that they cast float32 or constants).
                 Inst::Load {
                     dtype: DType::C64, ..
                 } => Arg::Scalar(f32::NAN),
@@ -157,12 +149,13 @@ impl Fast32 {
                     sig,
                     args,
                 } if sig.compute == DType::C64 && sig.result == DType::F32 => match args[..] {
-                    [a] => push(
-                        &mut steps,
-                        Step::LoadAbs {
-                            leaf: (*complex_leaf.get(a)?)?,
-                        },
-                    ),
+                    [a] => match insts.get(a)? {
+                        Inst::Load {
+                            leaf,
+                            dtype: DType::C64,
+                        } => push(&mut steps, Step::LoadAbs { leaf: *leaf }),
+                        _ => return None,
+                    },
                     _ => return None,
                 },
                 // A constant of another dtype is only usable through a cast to float32 (calls
@@ -235,12 +228,7 @@ impl Fast32 {
         n: usize,
         out: &mut [f64],
     ) -> Result<()> {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.eval_avx2::<false>(scratch, leaves, n, out) };
-        }
-        self.eval_impl::<false>(scratch, leaves, n, out)
+        self.dispatch::<false>(scratch, leaves, n, out)
     }
 
     /// Evaluates `n` values (n ≤ TILE) and adds them, as f64, to `sums` (a sum's fold without
@@ -252,12 +240,23 @@ impl Fast32 {
         n: usize,
         sums: &mut [f64],
     ) -> Result<()> {
+        self.dispatch::<true>(scratch, leaves, n, sums)
+    }
+
+    /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
+    fn dispatch<const ADD: bool>(
+        &self,
+        scratch: &mut [Vec<f32>],
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        out: &mut [f64],
+    ) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.eval_avx2::<true>(scratch, leaves, n, sums) };
+            return unsafe { self.eval_avx2::<ADD>(scratch, leaves, n, out) };
         }
-        self.eval_impl::<true>(scratch, leaves, n, sums)
+        self.eval_impl::<ADD>(scratch, leaves, n, out)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -300,28 +299,15 @@ impl Fast32 {
                     let src = buf.as_slice::<f32>()?;
                     match at.stride {
                         1 => direct[k] = Some(&src[at.offset..at.offset + n]),
-                        0 => dst.fill(src[at.offset]),
-                        s => dst
-                            .iter_mut()
-                            .enumerate()
-                            .for_each(|(i, d)| *d = src[at.offset + i * s]),
+                        _ => gather(src, at, dst, |x| *x),
                     }
                 }
                 Step::LoadAbs { leaf } => {
                     let (buf, at) = leaves[leaf];
                     let src = buf.as_slice::<[f32; 2]>()?;
-                    let modulus = |z: &[f32; 2]| {
-                        let (re, im) = (z[0] as f64, z[1] as f64);
-                        (re * re + im * im).sqrt() as f32
-                    };
-                    match at.stride {
-                        1 => map_from(&src[at.offset..at.offset + n], dst, modulus),
-                        0 => dst.fill(modulus(&src[at.offset])),
-                        s => dst
-                            .iter_mut()
-                            .enumerate()
-                            .for_each(|(i, d)| *d = modulus(&src[at.offset + i * s])),
-                    }
+                    gather(src, at, dst, |z| {
+                        super::ops::complex64_modulus(z[0] as f64, z[1] as f64) as f32
+                    });
                 }
                 Step::Unary { func, a } => {
                     let a = direct[a].unwrap_or(&before[a][..n]);
@@ -366,9 +352,20 @@ impl Fast32 {
     }
 }
 
+/// `f` of the tile's values of `src` at `at` (contiguous, broadcast or strided), into `out`.
 #[inline(always)]
-fn map_from<T>(a: &[T], out: &mut [f32], f: impl Fn(&T) -> f32) {
-    out.iter_mut().zip(a).for_each(|(o, x)| *o = f(x));
+fn gather<T>(src: &[T], at: Strided, out: &mut [f32], f: impl Fn(&T) -> f32) {
+    match at.stride {
+        1 => {
+            let src = &src[at.offset..at.offset + out.len()];
+            out.iter_mut().zip(src).for_each(|(o, x)| *o = f(x));
+        }
+        0 => out.fill(f(&src[at.offset])),
+        s => out
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, o)| *o = f(&src[at.offset + i * s])),
+    }
 }
 
 #[inline(always)]

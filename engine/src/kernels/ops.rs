@@ -234,10 +234,8 @@ pub fn call(func: Func, sig: Signature, args: &[&Reg], out: &mut Reg, n: usize) 
     }
     match args.len() {
         1 if func == Func::Abs && sig.compute == DType::C64 => {
-            // complex64 parts square exactly in f64 and their sum cannot overflow: a plain
-            // square root matches hypot to float32 precision, several times faster.
             if let (Reg::C(a), Reg::F(o)) = (args[0], &mut *out) {
-                map1(a, o, n, |x: Complex64| (x.re * x.re + x.im * x.im).sqrt());
+                map1(a, o, n, |x: Complex64| complex64_modulus(x.re, x.im));
             } else {
                 unary(func, args[0], out, n)?;
             }
@@ -248,6 +246,15 @@ pub fn call(func: Func, sig: Signature, args: &[&Reg], out: &mut Reg, n: usize) 
     }
     narrow(out, sig.result, n);
     Ok(())
+}
+
+/// `|re + i im|` of a complex64 value (its parts as f64), before rounding to float32: the
+/// parts square exactly in f64 and their sum cannot overflow, so a plain square root matches
+/// hypot to float32 precision, several times faster. The single-precision evaluator uses it
+/// too, so both paths give the same bits.
+#[inline(always)]
+pub fn complex64_modulus(re: f64, im: f64) -> f64 {
+    (re * re + im * im).sqrt()
 }
 
 #[inline(always)]

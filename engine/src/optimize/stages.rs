@@ -135,8 +135,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
 
     for (i, node) in graph.nodes.iter().enumerate() {
         if let Some(m) = forwarded[i] {
-            let mat = &materials[m];
-            fused[i] = Some(Fused::material(m, &mat.shape, mat.dtype, mat.grid.clone()));
+            fused[i] = Some(material_value(&materials, m));
             continue;
         }
         // The single consumer, when it is a write: producers of materials write there directly.
@@ -184,37 +183,29 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 fused[i] = Some(f.through(view, node.shape.clone(), node.grid.clone()));
             }
             NodeKind::Reduce(spec) => {
-                let epilogue = match direct_write {
-                    Some(_) => None,
-                    None => {
-                        reduce_epilogue(graph, &consumers, i, spec.axes.as_slice(), spec.keepdims)
-                    }
-                };
-                let (out, keepdims) = match (direct_write, epilogue) {
-                    (Some(w), _) => {
-                        let m = target_material(graph, w, &mut materials)?;
-                        produced_target[w] = Some(m);
-                        (m, spec.keepdims)
-                    }
-                    (None, Some(ep)) => {
-                        let m = target_material(graph, ep.write, &mut materials)?;
-                        produced_target[ep.write] = Some(m);
-                        for &j in &ep.through {
-                            forwarded[j] = Some(m);
+                // Written straight into a target when only a write (perhaps after casts and
+                // an index dropping the kept axes) consumes it, else into an intermediate.
+                let (out, keepdims) =
+                    match reduce_epilogue(graph, &consumers, i, &spec.axes, spec.keepdims) {
+                        Some(ep) => {
+                            let m = target_material(graph, ep.write, &mut materials)?;
+                            produced_target[ep.write] = Some(m);
+                            for &j in &ep.through {
+                                forwarded[j] = Some(m);
+                            }
+                            (m, ep.keepdims)
                         }
-                        (m, ep.keepdims)
-                    }
-                    (None, None) => {
-                        let m = intermediate(
-                            &mut materials,
-                            &node.id,
-                            &node.shape,
-                            node.dtype,
-                            &node.grid.chunk_shape(),
-                        )?;
-                        (m, spec.keepdims)
-                    }
-                };
+                        None => {
+                            let m = intermediate(
+                                &mut materials,
+                                &node.id,
+                                &node.shape,
+                                node.dtype,
+                                &node.grid.chunk_shape(),
+                            )?;
+                            (m, spec.keepdims)
+                        }
+                    };
                 let input = fused_of(&fused, spec.input)?.clone().cast_to(spec.compute);
                 stages.push(Stage::Reduce {
                     input,
@@ -225,13 +216,9 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     ddof: spec.ddof,
                     label: format!("{} of {}", spec.func.name(), graph.nodes[spec.input].id),
                 });
-                let mat = &materials[out];
-                fused[i] = Some(if keepdims == spec.keepdims {
-                    Fused::material(out, &node.shape, node.dtype, mat.grid.clone())
-                } else {
-                    // Only the forwarded nodes read it, and they stand for the target.
-                    Fused::material(out, &mat.shape, mat.dtype, mat.grid.clone())
-                });
+                // Without the kept axes only the forwarded nodes read it, and they stand for
+                // the target.
+                fused[i] = Some(material_value(&materials, out));
             }
             NodeKind::Fft(spec) => {
                 let input = fused_of(&fused, spec.input)?.clone();
@@ -322,10 +309,16 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     Ok(PhysicalPlan { materials, stages })
 }
 
+/// The fused value that reads material `m` whole.
+fn material_value(materials: &[Material], m: MatId) -> Fused {
+    let mat = &materials[m];
+    Fused::material(m, &mat.shape, mat.dtype, mat.grid.clone())
+}
+
 /// Nodes after a reduction that change nothing but its rank, ending in a write.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Epilogue {
-    /// The nodes between the reduction and the write.
+    /// The nodes between the reduction and the write (none when the write reads it).
     through: Vec<usize>,
     /// The write node.
     write: usize,
@@ -355,7 +348,7 @@ fn reduce_epilogue(
         let (prev, node) = (&graph.nodes[at], &graph.nodes[*next]);
         match &node.kind {
             NodeKind::Write { .. } => {
-                return (!through.is_empty()).then_some(Epilogue {
+                return Some(Epilogue {
                     through,
                     write: *next,
                     keepdims,

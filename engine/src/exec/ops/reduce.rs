@@ -353,7 +353,7 @@ pub fn tasks(
     let in_shape = fused.shape.clone();
     let count: u64 = params.axes.iter().map(|&a| in_shape[a]).product();
     let mut tasks = Vec::new();
-    let chunk_pieces: Vec<(Vec<u64>, Region, Vec<Region>)> = out
+    let chunk_pieces: Vec<(Vec<u64>, Region, Region, Vec<Region>)> = out
         .grid()
         .chunk_indices()
         .into_iter()
@@ -361,13 +361,12 @@ pub fn tasks(
             let out_region = out.grid().chunk_region(&idx);
             let chunk_input = input_region(&params, &in_shape, &out_region);
             let regions = pieces(&params, &fused.grid, &chunk_input);
-            (idx, out_region, regions)
+            (idx, out_region, chunk_input, regions)
         })
         .collect();
-    let mut later: usize = chunk_pieces.iter().map(|(_, _, p)| p.len()).sum();
-    for (idx, out_region, regions) in chunk_pieces {
+    let mut later: usize = chunk_pieces.iter().map(|(.., p)| p.len()).sum();
+    for (idx, out_region, chunk_input, regions) in chunk_pieces {
         later -= regions.len();
-        let chunk_input = input_region(&params, &in_shape, &out_region);
         let reads: Vec<RegionRead> = regions
             .iter()
             .map(|p| RegionRead::plan(&fused, &arrays, p))
