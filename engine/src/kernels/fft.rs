@@ -20,6 +20,7 @@ use crate::array::{Buffer, DType};
 use crate::error::{Error, Result};
 
 mod irdft;
+mod pack;
 mod rdft;
 
 /// What one step computes along its axis.
@@ -228,6 +229,30 @@ trait Precision: FftNum + Default + crate::array::buffer::Element + rustfft::num
     fn complex(b: &Buffer) -> Result<&[Complex<Self>]>;
     /// A buffer's complex values, mutable.
     fn complex_mut(b: &mut Buffer) -> Result<&mut [Complex<Self>]>;
+    /// Packs one group of real lanes into complex ones (see [`pack::gather_pairs`]).
+    fn gather_pairs(
+        input: &[Self],
+        base: usize,
+        inner: usize,
+        used: usize,
+        lanes: usize,
+        n: usize,
+        work: &mut [Complex<Self>],
+    ) {
+        pack::gather_pairs(input, base, inner, used, lanes, n, work)
+    }
+    /// Unpacks the spectra of one group's packed lanes (see [`pack::unpack_pairs`]).
+    fn unpack_pairs(
+        work: &[Complex<Self>],
+        n: usize,
+        lanes: usize,
+        kb: usize,
+        kn: usize,
+        half: Self,
+        tile: &mut pack::Tile<Self>,
+    ) {
+        pack::unpack_pairs(work, n, lanes, kb, kn, half, tile)
+    }
 }
 
 macro_rules! buffer_access {
@@ -270,6 +295,28 @@ impl Precision for f32 {
         CACHE.get_or_init(|| Mutex::new(PlanCache::new()))
     }
     buffer_access!();
+    fn gather_pairs(
+        input: &[f32],
+        base: usize,
+        inner: usize,
+        used: usize,
+        lanes: usize,
+        n: usize,
+        work: &mut [Complex<f32>],
+    ) {
+        pack::gather_pairs_f32(input, base, inner, used, lanes, n, work)
+    }
+    fn unpack_pairs(
+        work: &[Complex<f32>],
+        n: usize,
+        lanes: usize,
+        kb: usize,
+        kn: usize,
+        half: f32,
+        tile: &mut pack::Tile<f32>,
+    ) {
+        pack::unpack_pairs_f32(work, n, lanes, kb, kn, half, tile)
+    }
 }
 
 impl Precision for f64 {
@@ -498,51 +545,25 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
             let in_group = |b: usize| GROUP.min(count - b * GROUP);
             let pairs = (groups - 1) * (GROUP / 2) + in_group(groups - 1).div_ceil(2);
             let work = &mut work[..pairs * n];
-            let mut tile = [[T::zero(); GROUP]; GROUP];
-            for kb in (0..used).step_by(GROUP) {
-                let kn = GROUP.min(used - kb);
-                for b in 0..groups {
-                    let lanes_b = in_group(b);
-                    for (kk, t) in tile.iter_mut().enumerate().take(kn) {
-                        let row = (o * lanes.len + kb + kk) * inner + i0 + b * GROUP;
-                        read_row(t, &input[row..row + lanes_b]);
-                        // An odd last lane pairs with zeros.
-                        if lanes_b < GROUP {
-                            t[lanes_b] = T::zero();
-                        }
-                    }
-                    let first = b * (GROUP / 2) * n;
-                    let group_pairs = lanes_b.div_ceil(2);
-                    let lanes_of_b = &mut work[first..first + group_pairs * n];
-                    for (p, lane) in lanes_of_b.chunks_exact_mut(n).enumerate() {
-                        for (kk, dst) in lane[kb..kb + kn].iter_mut().enumerate() {
-                            *dst = Complex::new(tile[kk][2 * p], tile[kk][2 * p + 1]);
-                        }
-                    }
-                }
+            for b in 0..groups {
+                let first = b * (GROUP / 2) * n;
+                let lanes_b = in_group(b);
+                let base = o * lanes.len * inner + i0 + b * GROUP;
+                let lanes_of_b = &mut work[first..first + lanes_b.div_ceil(2) * n];
+                T::gather_pairs(input, base, inner, used, lanes_b, n, lanes_of_b);
             }
             for lane in work.chunks_exact_mut(n) {
                 lane[used..].fill(Complex::default());
             }
             fft.process_with_scratch(work, scratch);
             let mut tile = [[Complex::<T>::default(); GROUP]; GROUP];
-            let minus_i = Complex::new(T::zero(), -T::one());
             for kb in (0..out_len).step_by(GROUP) {
                 let kn = GROUP.min(out_len - kb);
                 for b in 0..groups {
                     let lanes_b = in_group(b);
                     let first = b * (GROUP / 2) * n;
                     let lanes_of_b = &work[first..first + lanes_b.div_ceil(2) * n];
-                    for (p, lane) in lanes_of_b.chunks_exact(n).enumerate() {
-                        for (kk, t) in tile.iter_mut().enumerate().take(kn) {
-                            let k = kb + kk;
-                            let z = lane[k];
-                            // Z[n - k], with Z[n] = Z[0] (no division in this loop).
-                            let zc = lane[if k == 0 { 0 } else { n - k }].conj();
-                            t[2 * p] = (z + zc) * half;
-                            t[2 * p + 1] = (z - zc) * minus_i * half;
-                        }
-                    }
+                    T::unpack_pairs(lanes_of_b, n, lanes_b, kb, kn, half, &mut tile);
                     for (kk, t) in tile.iter().enumerate().take(kn) {
                         let row = (o * out_len + kb + kk) * inner + i0 + b * GROUP;
                         // SAFETY: `row..row + lanes_b` are lanes (o, i0 + b * GROUP ..) at
