@@ -169,6 +169,13 @@ fn open_materials(
             _ => ZarrArray::create(store.clone(), spec).array_ctx(&m.name)?,
         }
         .with_name(&m.name);
+        // The engine's sharded intermediates are read inner chunk by inner chunk.
+        let arr = match &m.origin {
+            MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
+                arr.with_inner_reads()
+            }
+            _ => arr,
+        };
         if work_root.is_none() {
             store.erase_prefix("")?;
         }
@@ -274,7 +281,7 @@ fn stage_tasks(
                 block,
                 label,
                 batch_limit,
-            ),
+            )?,
         ),
         Stage::Reduce {
             input,

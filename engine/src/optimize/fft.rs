@@ -204,7 +204,25 @@ pub fn plan_fft(
             let dtype = input.dtype();
             let shape = input.shape.clone();
             let label = format!("{name} input");
-            let mid = stages::intermediate(materials, &label, &shape, dtype, &mid_chunks)?;
+            // Shards of the copy's blocks: the copy writes a few large files, not one per
+            // chunk (creating files costs more than writing them), and the transform reads
+            // the inner chunks it needs by range.
+            let mid_grid = ChunkGrid::regular(&shape, &mid_chunks)?;
+            let block = super::rechunk::block_chunks(&input.grid, &mid_grid);
+            let shards = super::rechunk::shard_shape(
+                &mid_chunks,
+                &block,
+                dtype.size() as u64,
+                stages::shard_bytes(opts.budget),
+            );
+            let mid = stages::sharded_intermediate(
+                materials,
+                &label,
+                &shape,
+                dtype,
+                &mid_chunks,
+                Some(shards),
+            )?;
             stages::plan_copy(materials, stages_out, input, mid, &label, opts)?;
             mid
         }

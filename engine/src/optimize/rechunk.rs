@@ -98,6 +98,32 @@ pub fn intermediate_chunks(
     }
 }
 
+/// Shard shape for an array of `chunks` written in blocks of `block` chunks per axis: whole
+/// chunks, grown from the last axis (contiguous rows first) by divisors of the block, so
+/// that every block holds whole shards, while a shard stays within `max_bytes`.
+pub fn shard_shape(chunks: &[u64], block: &[u64], itemsize: u64, max_bytes: u64) -> Vec<u64> {
+    let mut per_shard = vec![1u64; chunks.len()];
+    let bytes = |per: &[u64]| -> u64 {
+        chunks.iter().zip(per).map(|(c, k)| c * k).product::<u64>() * itemsize
+    };
+    for d in (0..chunks.len()).rev() {
+        let fitting = (1..=block[d].max(1))
+            .rev()
+            .filter(|&k| block[d].is_multiple_of(k))
+            .find(|&k| {
+                let mut trial = per_shard.clone();
+                trial[d] = k;
+                bytes(&trial) <= max_bytes
+            })
+            .unwrap_or(1);
+        per_shard[d] = fitting;
+        if fitting < block[d] {
+            break;
+        }
+    }
+    chunks.iter().zip(&per_shard).map(|(c, k)| c * k).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +140,31 @@ mod tests {
         );
         let inter = intermediate_chunks(&[1, 721, 1440], &[256, 73, 144], &shape, 32 * 721 * 1440);
         assert_eq!(inter, vec![32, 73, 144]);
+    }
+
+    #[test]
+    fn shards_grow_along_rows_within_the_block() {
+        // ERA5 copied into (30, 73, 144) chunks in blocks of 1 x 10 x 10 chunks.
+        let chunk_bytes = 30 * 73 * 144 * 4;
+        assert_eq!(
+            shard_shape(&[30, 73, 144], &[1, 10, 10], 4, 16 << 20),
+            vec![30, 73, 1440]
+        );
+        // Too small for a row of ten: the largest divisor of the block that fits.
+        assert_eq!(
+            shard_shape(&[30, 73, 144], &[1, 10, 10], 4, 6 * chunk_bytes),
+            vec![30, 73, 720]
+        );
+        // Room for whole blocks.
+        assert_eq!(
+            shard_shape(&[30, 73, 144], &[1, 10, 10], 4, 1 << 30),
+            vec![30, 730, 1440]
+        );
+        // Not even one chunk fits: the chunk itself.
+        assert_eq!(
+            shard_shape(&[30, 73, 144], &[1, 10, 10], 4, 1),
+            vec![30, 73, 144]
+        );
     }
 
     #[test]

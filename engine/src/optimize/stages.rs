@@ -468,6 +468,8 @@ fn fused_of(fused: &[Option<Fused>], i: usize) -> Result<&Fused> {
         .ok_or_else(|| Error::internal(format!("node {i} used before it was planned")))
 }
 
+/// An intermediate array of `chunks`, uncompressed, that the run creates in its work
+/// directory and removes when it ends.
 pub(crate) fn intermediate(
     materials: &mut Vec<Material>,
     name: &str,
@@ -475,18 +477,35 @@ pub(crate) fn intermediate(
     dtype: DType,
     chunks: &[u64],
 ) -> Result<MatId> {
+    sharded_intermediate(materials, name, shape, dtype, chunks, None)
+}
+
+/// An intermediate array like [`intermediate`], stored in shards of `shards` elements per
+/// axis (multiples of `chunks`) when given: one file per shard instead of one per chunk, its
+/// inner chunks read one by one (ranged reads) by the stages that read it. A stage writing it
+/// should write whole shards (its blocks are shards).
+pub(crate) fn sharded_intermediate(
+    materials: &mut Vec<Material>,
+    name: &str,
+    shape: &[u64],
+    dtype: DType,
+    chunks: &[u64],
+    shards: Option<Vec<u64>>,
+) -> Result<MatId> {
     let chunks: Vec<u64> = chunks.iter().map(|&c| c.max(1)).collect();
+    let shards = shards.filter(|s| *s != chunks);
+    let storage = shards.as_deref().unwrap_or(&chunks);
     materials.push(Material {
         name: format!("{name} (intermediate)"),
         shape: shape.to_vec(),
         dtype,
-        grid: ChunkGrid::regular(shape, &chunks)?,
+        grid: ChunkGrid::regular(shape, storage)?,
         origin: MaterialOrigin::Intermediate {
             spec: ArraySpec {
                 shape: shape.to_vec(),
                 dtype,
                 chunks,
-                shards: None,
+                shards,
                 codec: intermediate_codec(),
                 zarr_format: 3,
                 fill: None,
@@ -496,6 +515,13 @@ pub(crate) fn intermediate(
         },
     });
     Ok(materials.len() - 1)
+}
+
+/// Largest shard of an intermediate, in bytes: a share of the budget small enough that the
+/// allocator reuses freed shard buffers (see `exec::memory::scale_allocator_to_budget`)
+/// rather than mapping and faulting in fresh pages for each.
+pub fn shard_bytes(budget: u64) -> u64 {
+    (budget / 64).clamp(1 << 20, 16 << 20)
 }
 
 /// Output chunks a compute task encodes per batch: a few per thread, so their writes overlap

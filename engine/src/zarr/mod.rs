@@ -14,6 +14,7 @@ pub use metadata::exists as array_exists;
 pub use metadata::ArrayInfo;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use zarrs::storage::store::MemoryStore;
 
 use crate::array::{AxisChunks, Buffer, ChunkGrid, DType, Region};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::Store;
+use crate::store::{ReadRequest, Store};
 
 /// An open Zarr array: its metadata, chunk grid and codecs, and the store holding its chunks.
 pub struct ZarrArray {
@@ -44,7 +45,15 @@ pub struct ZarrArray {
     /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone,
     /// and the grid of those inner chunks.
     shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
+    /// True when compute tasks read this array's inner chunks one by one (ranged reads of
+    /// their shards) rather than whole shards: the engine's own sharded intermediates.
+    inner_reads: bool,
+    /// Parsed shard indexes, by shard, for inner reads (`None`: the shard is not stored).
+    shard_indexes: std::sync::Mutex<HashMap<Vec<u64>, Option<ShardIndex>>>,
 }
+
+/// Where each inner chunk of one shard lies (C order within the shard).
+type ShardIndex = Arc<Vec<shard::InnerRange>>;
 
 /// zstd settings of a chunk format the engine encodes itself (see `detect_fast_encode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,7 +357,197 @@ impl ZarrArray {
             fast_encode,
             resident: std::sync::Mutex::new(None),
             shard,
+            inner_reads: false,
+            shard_indexes: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Makes compute tasks read inner chunks of this sharded array one by one (see
+    /// [`read_grid`](Self::read_grid)); no effect on arrays without a standard shard layout.
+    pub fn with_inner_reads(mut self) -> Self {
+        self.inner_reads = self.shard.is_some();
+        self
+    }
+
+    /// The grid of what compute tasks read and decode one at a time: inner chunks of a
+    /// sharded array read that way (see [`with_inner_reads`](Self::with_inner_reads)), else
+    /// the stored chunks.
+    pub fn read_grid(&self) -> &ChunkGrid {
+        match &self.shard {
+            Some((_, inner)) if self.inner_reads => inner,
+            _ => &self.grid,
+        }
+    }
+
+    /// The layout of inner reads, when this array is read that way.
+    fn inner_layout(&self) -> Option<&shard::ShardLayout> {
+        self.shard
+            .as_ref()
+            .filter(|_| self.inner_reads)
+            .map(|(layout, _)| layout.as_ref())
+    }
+
+    /// The read of unit `idx` of [`read_grid`](Self::read_grid): a whole chunk, or an inner
+    /// chunk's byte range in its shard (the shard's index is read once, on first use). An
+    /// inner chunk its shard does not store is an empty range (decoded as the fill value); a
+    /// missing shard is a read of its whole key, which finds nothing.
+    pub fn read_request(&self, idx: &[u64]) -> Result<ReadRequest> {
+        let Some(layout) = self.inner_layout() else {
+            return Ok(ReadRequest::whole(self.chunk_key(idx)));
+        };
+        let (shard_idx, pos) = layout.locate(idx);
+        let key = self.chunk_key(&shard_idx);
+        let Some(ranges) = self.shard_index(layout, &shard_idx)? else {
+            return Ok(ReadRequest::whole(key));
+        };
+        let range = ranges
+            .get(pos)
+            .copied()
+            .flatten()
+            .unwrap_or(crate::store::ByteRange::new(0, Some(0)));
+        Ok(ReadRequest {
+            key,
+            range: Some(range),
+        })
+    }
+
+    /// The parsed index of shard `shard_idx` (`None` when the shard is not stored), read on
+    /// first use and kept.
+    fn shard_index(
+        &self,
+        layout: &shard::ShardLayout,
+        shard_idx: &[u64],
+    ) -> Result<Option<ShardIndex>> {
+        let lock = || {
+            self.shard_indexes
+                .lock()
+                .map_err(|_| Error::internal("shard index cache poisoned"))
+        };
+        if let Some(known) = lock()?.get(shard_idx) {
+            return Ok(known.clone());
+        }
+        let key = self.chunk_key(shard_idx);
+        let mut read = self
+            .store
+            .get_many(vec![ReadRequest {
+                key: key.clone(),
+                range: Some(layout.index_range()),
+            }])
+            .map_err(|e| e.with_array(&self.name))?;
+        let parsed = match read.pop().flatten() {
+            None => None,
+            Some(bytes) => Some(Arc::new(layout.parse_index(&bytes).map_err(|msg| {
+                Error::new(
+                    ErrorKind::Corrupt,
+                    format!("cannot read shard index: {msg}"),
+                )
+                .with_array(&self.name)
+                .with_chunk_key(key.clone())
+                .with_store(&self.url)
+            })?)),
+        };
+        lock()?.insert(shard_idx.to_vec(), parsed.clone());
+        Ok(parsed)
+    }
+
+    /// Decodes unit `idx` of [`read_grid`](Self::read_grid) from what
+    /// [`read_request`](Self::read_request) read (the fill value for `None` or an empty
+    /// inner read) into a buffer over its region in the array.
+    pub fn decode_read(&self, idx: &[u64], bytes: Option<crate::store::Value>) -> Result<Buffer> {
+        if self.inner_layout().is_none() {
+            return self.decode_chunk(idx, bytes);
+        }
+        let bytes = bytes.filter(|b| !b.is_empty());
+        self.decode_inner(idx, bytes)
+    }
+
+    /// The raw shard layout of this array, when the engine writes its shards itself (see
+    /// [`encode_raw_shard`](Self::encode_raw_shard)).
+    pub fn raw_shard_layout(&self) -> Option<&shard::ShardLayout> {
+        self.shard_layout().filter(|l| l.is_raw())
+    }
+
+    /// Encodes shard `shard_idx` of an array with a raw shard layout: `fill(region, dst)`
+    /// writes the values of each inner chunk's region inside the array into `dst` (C order,
+    /// exactly that region's size); inner chunks are stored whole (padded with the fill value
+    /// at the array's edge) one after another in C order, those wholly outside the array not
+    /// at all, and the index goes where the layout says.
+    pub fn encode_raw_shard(
+        &self,
+        shard_idx: &[u64],
+        fill: impl Fn(&Region, &mut [u8]),
+    ) -> Result<Vec<u8>> {
+        let layout = self
+            .raw_shard_layout()
+            .ok_or_else(|| Error::internal("raw shard write of an array without raw shards"))?;
+        let inner_grid = self.inner_grid();
+        let inner_shape = &layout.inner_chunk;
+        let itemsize = self.dtype.size();
+        let inner_bytes = inner_shape.iter().product::<u64>() as usize * itemsize;
+        let n = layout.chunks_per_shard() as usize;
+        let inner_counts = inner_grid.grid_shape();
+        let positions = crate::array::grid::indices_in(&layout.per_shard);
+        let stored: Vec<Option<Vec<u64>>> = positions
+            .iter()
+            .map(|rel| {
+                let idx: Vec<u64> = rel
+                    .iter()
+                    .zip(&layout.per_shard)
+                    .zip(shard_idx)
+                    .map(|((r, p), s)| s * p + r)
+                    .collect();
+                idx.iter()
+                    .zip(&inner_counts)
+                    .all(|(i, c)| i < c)
+                    .then_some(idx)
+            })
+            .collect();
+        let index_len = layout.encode_index(&vec![None; n]).len();
+        let data_len = stored.iter().flatten().count() * inner_bytes;
+        let head = if layout.index_at_end() { 0 } else { index_len };
+        // Every byte is written below: the inner chunks in turn, then the index.
+        let mut out = crate::array::pool::take_filled(head + data_len + index_len);
+        let mut ranges = Vec::with_capacity(n);
+        let mut at = head;
+        for idx in &stored {
+            let Some(idx) = idx else {
+                ranges.push(None);
+                continue;
+            };
+            let dst = &mut out[at..at + inner_bytes];
+            let region = inner_grid.chunk_region(idx);
+            if region.shape == *inner_shape {
+                fill(&region, dst);
+            } else {
+                // An edge chunk: its part inside the array, the fill value around it.
+                for v in dst.chunks_exact_mut(itemsize) {
+                    v.copy_from_slice(&self.fill);
+                }
+                let mut part = Buffer::for_overwrite(self.dtype, region.len() as usize);
+                fill(&region, part.bytes_mut());
+                let padded = Region {
+                    start: region.start.clone(),
+                    shape: inner_shape.clone(),
+                };
+                crate::array::buffer::copy_region(
+                    part.bytes(),
+                    &region,
+                    dst,
+                    &padded,
+                    &region,
+                    itemsize,
+                );
+            }
+            ranges.push(Some(crate::store::ByteRange::new(
+                at as u64,
+                Some(inner_bytes as u64),
+            )));
+            at += inner_bytes;
+        }
+        let index = layout.encode_index(&ranges);
+        let index_at = if layout.index_at_end() { at } else { 0 };
+        out[index_at..index_at + index_len].copy_from_slice(&index);
+        Ok(out)
     }
 
     /// The store URL.
@@ -505,6 +704,27 @@ impl ZarrArray {
                 Ok(())
             }
         }
+    }
+
+    /// The stored bytes of chunk `idx` when they are its values as they stand: an uncompressed
+    /// little-endian chunk inside the array, of the length its region needs. `None` for every
+    /// other chunk, which [`decode_chunk`](Self::decode_chunk) decodes (and reports when
+    /// corrupt).
+    pub fn raw_values<'a>(&self, idx: &[u64], bytes: &'a [u8]) -> Option<&'a [u8]> {
+        let (region, stored_shape) = match self.inner_layout() {
+            Some(layout) if layout.is_raw() => (
+                self.inner_grid().chunk_region(idx),
+                layout.inner_chunk.clone(),
+            ),
+            Some(_) => return None,
+            None if self.fast == Some(FastCodec::Raw) && cfg!(target_endian = "little") => (
+                self.grid.chunk_region(idx),
+                self.encoded_chunk_shape(idx).ok()?,
+            ),
+            None => return None,
+        };
+        let len = region.len() as usize * self.dtype.size();
+        (stored_shape == region.shape && bytes.len() == len).then_some(bytes)
     }
 
     /// True when the first bytes of chunk `idx` can be decoded alone (see

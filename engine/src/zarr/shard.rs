@@ -21,6 +21,9 @@ pub struct ShardLayout {
     pub per_shard: Vec<u64>,
     index_at_end: bool,
     checksum: bool,
+    /// True when the inner codecs are `bytes` alone, little-endian: a stored inner chunk is
+    /// its values as they stand (the whole inner chunk shape, padded at the array's edge).
+    raw: bool,
     codecs: Arc<CodecChain>,
 }
 
@@ -82,6 +85,18 @@ impl ShardLayout {
             .get("index_location")
             .and_then(|l| l.as_str())
             .is_none_or(|l| l == "end");
+        let raw = match cfg.get("codecs")?.as_array()?.as_slice() {
+            [only] => {
+                only.get("name").and_then(|n| n.as_str()) == Some("bytes")
+                    && only
+                        .get("configuration")
+                        .and_then(|c| c.get("endian"))
+                        .and_then(|e| e.as_str())
+                        .is_none_or(|e| e == "little")
+                    && cfg!(target_endian = "little")
+            }
+            _ => false,
+        };
         let inner: Vec<MetadataV3> = serde_json::from_value(cfg.get("codecs")?.clone()).ok()?;
         let codecs = CodecChain::from_metadata(&inner).ok()?;
         Some(ShardLayout {
@@ -93,8 +108,39 @@ impl ShardLayout {
             inner_chunk,
             index_at_end,
             checksum,
+            raw,
             codecs: Arc::new(codecs),
         })
+    }
+
+    /// True when stored inner chunks are their values as they stand (inner codecs `bytes`
+    /// alone, little-endian, on a little-endian machine).
+    pub fn is_raw(&self) -> bool {
+        self.raw
+    }
+
+    /// True when the index follows the inner chunks (else it precedes them).
+    pub fn index_at_end(&self) -> bool {
+        self.index_at_end
+    }
+
+    /// The index bytes for inner chunks at `ranges` (C order within the shard; `None` where
+    /// an inner chunk is not stored), with its checksum when the layout has one.
+    pub fn encode_index(&self, ranges: &[InnerRange]) -> Vec<u8> {
+        let mut index = Vec::with_capacity(16 * ranges.len() + 4);
+        for r in ranges {
+            let (offset, len) = match r {
+                Some(r) => (r.offset, r.len.unwrap_or(0)),
+                None => (u64::MAX, u64::MAX),
+            };
+            index.extend_from_slice(&offset.to_le_bytes());
+            index.extend_from_slice(&len.to_le_bytes());
+        }
+        if self.checksum {
+            let sum = crc32c::crc32c(&index);
+            index.extend_from_slice(&sum.to_le_bytes());
+        }
+        index
     }
 
     /// Inner chunks per shard.

@@ -118,3 +118,72 @@ fn existing_arrays_are_opened_with_their_own_metadata() {
         assert!(err.to_string().contains("existing array"), "{err}");
     }
 }
+
+/// The value the raw-shard test stores at (row, column).
+fn value_at(i: u64, j: u64) -> f32 {
+    (i * 100 + j) as f32 + 0.5
+}
+
+#[test]
+fn raw_shards_read_back_whole_and_by_inner_chunk() {
+    // 7 x 11 in (2, 3) chunks and (4, 6) shards: edge shards hold inner chunks that reach
+    // past the array and (bottom right) inner chunks wholly outside it.
+    let mut s = spec(Some(vec![4, 6]), 3);
+    s.shape = vec![7, 11];
+    s.codec = Codec::None;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
+    let arr = ZarrArray::create(store.clone(), &s).unwrap();
+    assert!(arr.raw_shard_layout().is_some());
+    let fill = |region: &Region, dst: &mut [u8]| {
+        let vals: Vec<f32> = (0..region.shape[0])
+            .flat_map(|a| {
+                (0..region.shape[1])
+                    .map(move |b| value_at(region.start[0] + a, region.start[1] + b))
+            })
+            .collect();
+        dst.copy_from_slice(bytemuck::cast_slice(&vals));
+    };
+    for shard in arr.grid().chunk_indices() {
+        let bytes = arr.encode_raw_shard(&shard, fill).unwrap();
+        store.set(&arr.chunk_key(&shard), bytes).unwrap();
+    }
+    let check = |b: &Buffer, r: &Region| {
+        let v = b.as_slice::<f32>().unwrap();
+        assert_eq!(v.len() as u64, r.len());
+        for (k, x) in v.iter().enumerate() {
+            let (a, c) = (k as u64 / r.shape[1], k as u64 % r.shape[1]);
+            assert_eq!(*x, value_at(r.start[0] + a, r.start[1] + c));
+        }
+    };
+    // Whole shards, decoded by zarrs's sharding codec.
+    let reopened = ZarrArray::open(store.clone()).unwrap();
+    for shard in reopened.grid().chunk_indices() {
+        let bytes = store.get(&reopened.chunk_key(&shard)).unwrap();
+        let b = reopened
+            .decode_chunk(&shard, bytes.map(crate::store::Value::Owned))
+            .unwrap();
+        check(&b, &reopened.grid().chunk_region(&shard));
+    }
+    // Inner chunks one by one, by ranged reads.
+    let inner = ZarrArray::open(store.clone()).unwrap().with_inner_reads();
+    assert_eq!(inner.read_grid().chunk_shape(), vec![2, 3]);
+    for idx in inner.read_grid().chunk_indices() {
+        let req = inner.read_request(&idx).unwrap();
+        assert!(req.range.is_some());
+        let value = store.get_many(vec![req]).unwrap().pop().flatten();
+        let region = inner.read_grid().chunk_region(&idx);
+        if let Some(v) = &value {
+            let interior = region.shape == vec![2, 3];
+            assert_eq!(inner.raw_values(&idx, v).is_some(), interior);
+        }
+        check(&inner.decode_read(&idx, value).unwrap(), &region);
+    }
+    // A shard that was never written reads as the fill value.
+    store.erase(&inner.chunk_key(&[0, 0])).unwrap();
+    let fresh = ZarrArray::open(store.clone()).unwrap().with_inner_reads();
+    let req = fresh.read_request(&[0, 0]).unwrap();
+    let value = store.get_many(vec![req]).unwrap().pop().flatten();
+    let b = fresh.decode_read(&[0, 0], value).unwrap();
+    assert!(b.as_slice::<f32>().unwrap().iter().all(|x| *x == 1.5));
+}

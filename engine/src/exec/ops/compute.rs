@@ -93,6 +93,17 @@ impl ComputeProcessor {
         chunks
             .par_iter()
             .map(|idx| {
+                if out.raw_shard_layout().is_some() {
+                    // A shard written inner chunk by inner chunk from the decoded chunks.
+                    let shard = out.encode_raw_shard(idx, |region, dst| {
+                        self.assembler.copy_into_bytes(region, dtype.size(), dst)
+                    })?;
+                    return Ok(WriteOp {
+                        store: out.store().clone(),
+                        key: out.chunk_key(idx),
+                        value: Some(shard),
+                    });
+                }
                 let values = self
                     .assembler
                     .copy_into(&out.grid().chunk_region(idx), dtype);
@@ -118,7 +129,11 @@ impl ComputeProcessor {
             .par_iter()
             .map(|idx| {
                 let chunk_region = out.grid().chunk_region(idx);
-                let encoded = if chunk_region == *region {
+                let encoded = if out.raw_shard_layout().is_some() {
+                    Some(out.encode_raw_shard(idx, |inner, dst| {
+                        copy_region(values.bytes(), region, dst, inner, inner, dtype.size())
+                    })?)
+                } else if chunk_region == *region {
                     out.encode_chunk(idx, values)?
                 } else {
                     let mut c = Buffer::for_overwrite(dtype, chunk_region.len() as usize);
@@ -188,14 +203,14 @@ pub fn tasks(
     block: &[u64],
     label: &str,
     batch_limit_bytes: u64,
-) -> Vec<Task> {
+) -> Result<Vec<Task>> {
     let blocks = indices_in(&block_grid(out.grid(), block));
     blocks
         .into_iter()
         .map(|b| {
             let (chunks, region) = block_region(out.grid(), block, &b);
             let read = RegionRead::plan(&fused, &arrays, &region);
-            let ops: Vec<ReadOp> = read.read_ops(&arrays);
+            let ops: Vec<ReadOp> = read.read_ops(&arrays)?;
             let per_chunk = (read.chunk_bytes(&arrays) / ops.len().max(1) as u64).max(1);
             let per_batch = (batch_limit_bytes / per_chunk).max(1) as usize;
             let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
@@ -225,7 +240,7 @@ pub fn tasks(
             );
             let label = format!("{label}: block {b:?}");
             let outputs = chunks.iter().map(|c| out.chunk_key(c)).collect();
-            Task {
+            Ok(Task {
                 label,
                 memory,
                 batches,
@@ -244,7 +259,7 @@ pub fn tasks(
                     per_encode,
                     values: None,
                 }),
-            }
+            })
         })
         .collect()
 }

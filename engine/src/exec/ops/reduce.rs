@@ -413,7 +413,10 @@ pub fn tasks(
             count,
         });
         for (g, group) in groups.into_iter().enumerate() {
-            let batches = group.iter().map(|r| r.read_ops(&arrays)).collect();
+            let batches = group
+                .iter()
+                .map(|r| r.read_ops(&arrays))
+                .collect::<Result<_>>()?;
             // Fail at planning time, not in a task, for a function the dtype cannot take.
             if g == 0 {
                 Accumulator::new(params.func, fused.dtype(), 0)?;

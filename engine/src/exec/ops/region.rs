@@ -16,7 +16,6 @@ use crate::kernels::{eval_into, Inst, LeafInput, Program};
 use crate::optimize::fft::input_region;
 use crate::optimize::fuse::{Fused, LeafFft};
 use crate::plan::graph::ViewAxis;
-use crate::store::ReadRequest;
 use crate::zarr::ZarrArray;
 
 /// The opened materialized arrays of a run, indexed by `MatId`.
@@ -120,7 +119,7 @@ impl RegionRead {
                 let chunks = if bbox.is_empty() || read_box.is_empty() || resident.is_some() {
                     Vec::new()
                 } else {
-                    arr.grid().chunks_overlapping(&read_box)
+                    arr.read_grid().chunks_overlapping(&read_box)
                 };
                 LeafRead {
                     mat: leaf.mat,
@@ -150,15 +149,15 @@ impl RegionRead {
     }
 
     /// The reads, in [`pairs`](Self::pairs) order.
-    pub fn read_ops(&self, arrays: &[Arc<ZarrArray>]) -> Vec<ReadOp> {
+    pub fn read_ops(&self, arrays: &[Arc<ZarrArray>]) -> Result<Vec<ReadOp>> {
         self.pairs()
             .into_iter()
             .map(|(l, c)| {
                 let arr = &arrays[self.leaves[l].mat];
-                ReadOp {
+                Ok(ReadOp {
                     store: arr.store().clone(),
-                    req: ReadRequest::whole(arr.chunk_key(&c)),
-                }
+                    req: arr.read_request(&c)?,
+                })
             })
             .collect()
     }
@@ -191,7 +190,7 @@ impl RegionRead {
                 let arr = &arrays[l.mat];
                 l.chunks
                     .iter()
-                    .map(|c| arr.grid().chunk_region(c).len() * arr.dtype().size() as u64)
+                    .map(|c| arr.read_grid().chunk_region(c).len() * arr.dtype().size() as u64)
                     .sum::<u64>()
             })
             .sum()
@@ -246,6 +245,48 @@ fn transform_leaf(values: Buffer, lr: &LeafRead, fft: &LeafFft) -> Result<Buffer
         dtype.size(),
     );
     Ok(cut)
+}
+
+/// A chunk as accepted: decoded values, or the bytes read when they are the values already.
+enum Decoded {
+    Values(Buffer),
+    Raw(crate::store::Value),
+}
+
+impl Decoded {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Decoded::Values(b) => b.bytes(),
+            Decoded::Raw(v) => v,
+        }
+    }
+
+    /// Hands the memory back (decoded buffers go back to the pool when dropped).
+    fn recycle(self) {
+        if let Decoded::Raw(v) = self {
+            v.recycle();
+        }
+    }
+}
+
+/// The buffer leaf `lr`'s chunks are copied into. The chunks overlapping a box inside the
+/// array cover all of it, so its values need no zeroing first; a box reaching past the array
+/// (which no chunk covers there) starts zeroed.
+fn leaf_buffer(lr: &LeafRead, arr: &ZarrArray) -> Buffer {
+    let len = lr.read_box.len() as usize;
+    let shape = arr.shape();
+    let inside = lr
+        .read_box
+        .start
+        .iter()
+        .zip(&lr.read_box.shape)
+        .zip(&shape)
+        .all(|((s, n), full)| s + n <= *full);
+    if inside {
+        Buffer::for_overwrite(arr.dtype(), len)
+    } else {
+        Buffer::zeros(arr.dtype(), len)
+    }
 }
 
 /// Decoded leaf buffers of one region, filled batch by batch.
@@ -304,19 +345,19 @@ impl Assembler {
             return std::borrow::Cow::Borrowed(b);
         }
         let mut dest = Buffer::zeros(dtype, region.len() as usize);
-        for (r, b) in kept {
+        self.copy_into_bytes(region, dtype.size(), dest.bytes_mut());
+        std::borrow::Cow::Owned(dest)
+    }
+
+    /// Copies the values of `region` (in the leaf's coordinates) from the kept chunks into
+    /// `dst`, which holds exactly that region (C order, `itemsize` bytes per value); values no
+    /// kept chunk covers are left as they are.
+    pub fn copy_into_bytes(&self, region: &Region, itemsize: usize, dst: &mut [u8]) {
+        for (r, b) in self.kept.as_deref().unwrap_or(&[]) {
             if let Some(overlap) = r.intersect(region) {
-                copy_region(
-                    b.bytes(),
-                    r,
-                    dest.bytes_mut(),
-                    region,
-                    &overlap,
-                    dtype.size(),
-                );
+                copy_region(b.bytes(), r, dst, region, &overlap, itemsize);
             }
         }
-        std::borrow::Cow::Owned(dest)
     }
 
     /// The region.
@@ -334,20 +375,49 @@ impl Assembler {
         let start = self.next;
         let pairs = &self.pairs[start..start + data.len()];
         self.next += data.len();
-        let decoded: Vec<Result<Buffer>> = data
+        let keeps = self.kept.is_some();
+        let decoded: Vec<Result<Decoded>> = data
             .into_par_iter()
             .zip(pairs.par_iter())
             .map(|(bytes, (l, idx))| {
-                let arr = &arrays[self.read.leaves[*l].mat];
-                arr.decode_chunk(idx, bytes)
+                let lr = &self.read.leaves[*l];
+                let arr = &arrays[lr.mat];
+                // Uncompressed chunks (intermediates) are copied into the leaf's buffer
+                // straight from the bytes read, not first into a buffer of their own.
+                let whole =
+                    arr.read_grid().chunk_region(idx) == lr.read_box && lr.chunks.len() == 1;
+                match bytes {
+                    Some(v) if !keeps && !whole && arr.raw_values(idx, &v).is_some() => {
+                        Ok(Decoded::Raw(v))
+                    }
+                    bytes => arr.decode_read(idx, bytes).map(Decoded::Values),
+                }
             })
             .collect();
-        for (buf, (l, idx)) in decoded.into_iter().zip(pairs) {
-            let buf = buf?;
-            ctx.add_decoded(buf.bytes().len() as u64);
+        for (decoded, (l, idx)) in decoded.into_iter().zip(pairs) {
+            let decoded = decoded?;
+            ctx.add_decoded(decoded.bytes().len() as u64);
             let lr = &self.read.leaves[*l];
             let arr = &arrays[lr.mat];
-            let chunk_region = arr.grid().chunk_region(idx);
+            let chunk_region = arr.read_grid().chunk_region(idx);
+            let buf = match decoded {
+                Decoded::Values(buf) => buf,
+                raw @ Decoded::Raw(_) => {
+                    let dest = self.bufs[*l].get_or_insert_with(|| leaf_buffer(lr, arr));
+                    if let Some(overlap) = chunk_region.intersect(&lr.read_box) {
+                        copy_region(
+                            raw.bytes(),
+                            &chunk_region,
+                            dest.bytes_mut(),
+                            &lr.read_box,
+                            &overlap,
+                            arr.dtype().size(),
+                        );
+                    }
+                    raw.recycle();
+                    continue;
+                }
+            };
             if let Some(kept) = self.kept.as_mut() {
                 kept.push((chunk_region, buf));
                 continue;
@@ -356,8 +426,7 @@ impl Assembler {
                 self.bufs[*l] = Some(buf);
                 continue;
             }
-            let dest = self.bufs[*l]
-                .get_or_insert_with(|| Buffer::zeros(arr.dtype(), lr.read_box.len() as usize));
+            let dest = self.bufs[*l].get_or_insert_with(|| leaf_buffer(lr, arr));
             if let Some(overlap) = chunk_region.intersect(&lr.read_box) {
                 copy_region(
                     buf.bytes(),
