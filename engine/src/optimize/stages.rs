@@ -648,11 +648,21 @@ pub(crate) fn plan_copy(
     };
     if fits(&inter_grid, &b1, in_itemsize, plain) && fits(&out_grid, &b2, itemsize, true) {
         let dtype = materials[out].dtype;
-        let mid = intermediate(materials, name, &shape, dtype, &inter_chunks)?;
+        // Stored in shards of stage 1's blocks (a few files rather than one per chunk);
+        // stage 1 writes whole shards, stage 2 reads inner chunks.
+        let shards = rechunk::shard_shape(&inter_chunks, &b1, itemsize, shard_bytes(opts.budget));
+        let b1_shards: Vec<u64> = b1
+            .iter()
+            .zip(&shards)
+            .zip(&inter_chunks)
+            .map(|((b, s), c)| b / (s / c).max(1))
+            .collect();
+        let mid =
+            sharded_intermediate(materials, name, &shape, dtype, &inter_chunks, Some(shards))?;
         stages.push(Stage::Compute {
             input: src,
             out: mid,
-            block: b1,
+            block: b1_shards,
             label: format!("{label} (stage 1 of 2)"),
         });
         let mid_fused = Fused::material(mid, &shape, dtype, inter_grid);
