@@ -230,28 +230,18 @@ trait Precision: FftNum + Default + crate::array::buffer::Element + rustfft::num
     /// A buffer's complex values, mutable.
     fn complex_mut(b: &mut Buffer) -> Result<&mut [Complex<Self>]>;
     /// Packs one group of real lanes into complex ones (see [`pack::gather_pairs`]).
-    fn gather_pairs(
-        input: &[Self],
-        base: usize,
-        inner: usize,
-        used: usize,
-        lanes: usize,
-        n: usize,
-        work: &mut [Complex<Self>],
-    ) {
-        pack::gather_pairs(input, base, inner, used, lanes, n, work)
+    fn gather_pairs(input: &[Self], g: pack::GroupLanes, work: &mut [Complex<Self>]) {
+        pack::gather_pairs(input, g, work)
     }
     /// Unpacks the spectra of one group's packed lanes (see [`pack::unpack_pairs`]).
     fn unpack_pairs(
         work: &[Complex<Self>],
-        n: usize,
-        lanes: usize,
-        kb: usize,
-        kn: usize,
+        g: pack::GroupLanes,
+        (kb, kn): (usize, usize),
         half: Self,
         tile: &mut pack::Tile<Self>,
     ) {
-        pack::unpack_pairs(work, n, lanes, kb, kn, half, tile)
+        pack::unpack_pairs(work, g, kb, kn, half, tile)
     }
 }
 
@@ -295,27 +285,17 @@ impl Precision for f32 {
         CACHE.get_or_init(|| Mutex::new(PlanCache::new()))
     }
     buffer_access!();
-    fn gather_pairs(
-        input: &[f32],
-        base: usize,
-        inner: usize,
-        used: usize,
-        lanes: usize,
-        n: usize,
-        work: &mut [Complex<f32>],
-    ) {
-        pack::gather_pairs_f32(input, base, inner, used, lanes, n, work)
+    fn gather_pairs(input: &[f32], g: pack::GroupLanes, work: &mut [Complex<f32>]) {
+        pack::gather_pairs_f32(input, g, work)
     }
     fn unpack_pairs(
         work: &[Complex<f32>],
-        n: usize,
-        lanes: usize,
-        kb: usize,
-        kn: usize,
+        g: pack::GroupLanes,
+        (kb, kn): (usize, usize),
         half: f32,
         tile: &mut pack::Tile<f32>,
     ) {
-        pack::unpack_pairs_f32(work, n, lanes, kb, kn, half, tile)
+        pack::unpack_pairs_f32(work, g, kb, kn, half, tile)
     }
 }
 
@@ -545,12 +525,20 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
             let in_group = |b: usize| GROUP.min(count - b * GROUP);
             let pairs = (groups - 1) * (GROUP / 2) + in_group(groups - 1).div_ceil(2);
             let work = &mut work[..pairs * n];
-            for b in 0..groups {
+            let group = |b: usize| pack::GroupLanes {
+                base: o * lanes.len * inner + i0 + b * GROUP,
+                inner,
+                used,
+                lanes: in_group(b),
+                n,
+            };
+            // Packed lanes of group b.
+            let span_of = |b: usize| {
                 let first = b * (GROUP / 2) * n;
-                let lanes_b = in_group(b);
-                let base = o * lanes.len * inner + i0 + b * GROUP;
-                let lanes_of_b = &mut work[first..first + lanes_b.div_ceil(2) * n];
-                T::gather_pairs(input, base, inner, used, lanes_b, n, lanes_of_b);
+                first..first + in_group(b).div_ceil(2) * n
+            };
+            for b in 0..groups {
+                T::gather_pairs(input, group(b), &mut work[span_of(b)]);
             }
             for lane in work.chunks_exact_mut(n) {
                 lane[used..].fill(Complex::default());
@@ -561,9 +549,7 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
                 let kn = GROUP.min(out_len - kb);
                 for b in 0..groups {
                     let lanes_b = in_group(b);
-                    let first = b * (GROUP / 2) * n;
-                    let lanes_of_b = &work[first..first + lanes_b.div_ceil(2) * n];
-                    T::unpack_pairs(lanes_of_b, n, lanes_b, kb, kn, half, &mut tile);
+                    T::unpack_pairs(&work[span_of(b)], group(b), (kb, kn), half, &mut tile);
                     for (kk, t) in tile.iter().enumerate().take(kn) {
                         let row = (o * out_len + kb + kk) * inner + i0 + b * GROUP;
                         // SAFETY: `row..row + lanes_b` are lanes (o, i0 + b * GROUP ..) at

@@ -400,36 +400,24 @@ impl Assembler {
             let lr = &self.read.leaves[*l];
             let arr = &arrays[lr.mat];
             let chunk_region = arr.read_grid().chunk_region(idx);
-            let buf = match decoded {
-                Decoded::Values(buf) => buf,
-                raw @ Decoded::Raw(_) => {
-                    let dest = self.bufs[*l].get_or_insert_with(|| leaf_buffer(lr, arr));
-                    if let Some(overlap) = chunk_region.intersect(&lr.read_box) {
-                        copy_region(
-                            raw.bytes(),
-                            &chunk_region,
-                            dest.bytes_mut(),
-                            &lr.read_box,
-                            &overlap,
-                            arr.dtype().size(),
-                        );
+            let whole = chunk_region == lr.read_box && lr.chunks.len() == 1;
+            let decoded = match decoded {
+                Decoded::Values(buf) if self.kept.is_some() => {
+                    if let Some(kept) = self.kept.as_mut() {
+                        kept.push((chunk_region, buf));
                     }
-                    raw.recycle();
                     continue;
                 }
+                Decoded::Values(buf) if whole => {
+                    self.bufs[*l] = Some(buf);
+                    continue;
+                }
+                other => other,
             };
-            if let Some(kept) = self.kept.as_mut() {
-                kept.push((chunk_region, buf));
-                continue;
-            }
-            if chunk_region == lr.read_box && lr.chunks.len() == 1 {
-                self.bufs[*l] = Some(buf);
-                continue;
-            }
             let dest = self.bufs[*l].get_or_insert_with(|| leaf_buffer(lr, arr));
             if let Some(overlap) = chunk_region.intersect(&lr.read_box) {
                 copy_region(
-                    buf.bytes(),
+                    decoded.bytes(),
                     &chunk_region,
                     dest.bytes_mut(),
                     &lr.read_box,
@@ -437,6 +425,7 @@ impl Assembler {
                     arr.dtype().size(),
                 );
             }
+            decoded.recycle();
         }
         Ok(())
     }

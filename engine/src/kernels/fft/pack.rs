@@ -18,19 +18,28 @@ use super::GROUP;
 /// A block of output values: `GROUP` frequencies (rows) × `GROUP` lanes.
 pub(super) type Tile<T> = [[Complex<T>; GROUP]; GROUP];
 
-/// Fills the packed lanes of one group of `lanes` real lanes (at most [`GROUP`]): lane `j` of
-/// the group holds `input[base + k * inner + j]` for `k < used`; packed lane `p` (`n` values,
-/// in `work`) gets lanes `2p` and `2p + 1` as its real and imaginary parts (an odd last lane
-/// pairs with zeros). Values from `used` on are left as they were.
-pub(super) fn gather_pairs<T: Float>(
-    input: &[T],
-    base: usize,
-    inner: usize,
-    used: usize,
-    lanes: usize,
-    n: usize,
-    work: &mut [Complex<T>],
-) {
+/// One group of real lanes: lane `j` (of `lanes`, at most [`GROUP`]) holds the values
+/// `input[base + k * inner + j]` for `k < used`, transformed with length `n`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GroupLanes {
+    pub(super) base: usize,
+    pub(super) inner: usize,
+    pub(super) used: usize,
+    pub(super) lanes: usize,
+    pub(super) n: usize,
+}
+
+/// Fills the packed lanes of group `g`: packed lane `p` (`g.n` values, in `work`) gets lanes
+/// `2p` and `2p + 1` as its real and imaginary parts (an odd last lane pairs with zeros).
+/// Values from `g.used` on are left as they were.
+pub(super) fn gather_pairs<T: Float>(input: &[T], g: GroupLanes, work: &mut [Complex<T>]) {
+    let GroupLanes {
+        base,
+        inner,
+        used,
+        lanes,
+        n,
+    } = g;
     let mut tile = [[T::zero(); GROUP]; GROUP];
     let pairs = lanes.div_ceil(2);
     for kb in (0..used).step_by(GROUP) {
@@ -71,18 +80,18 @@ fn unpack_one<T: Float>(
     )
 }
 
-/// Unpacks frequencies `kb .. kb + kn` (`kn` at most [`GROUP`]) of the lane pairs of one group
-/// of `lanes` real lanes into `tile`: row `kk` holds frequency `kb + kk` of every lane.
+/// Unpacks frequencies `kb .. kb + kn` (`kn` at most [`GROUP`]) of the lane pairs of group
+/// `g` into `tile`: row `kk` holds frequency `kb + kk` of every lane.
 pub(super) fn unpack_pairs<T: Float>(
     work: &[Complex<T>],
-    n: usize,
-    lanes: usize,
+    g: GroupLanes,
     kb: usize,
     kn: usize,
     half: T,
     tile: &mut Tile<T>,
 ) {
-    for (p, lane) in work.chunks_exact(n).take(lanes.div_ceil(2)).enumerate() {
+    let n = g.n;
+    for (p, lane) in work.chunks_exact(n).take(g.lanes.div_ceil(2)).enumerate() {
         for (kk, t) in tile.iter_mut().enumerate().take(kn) {
             let (x, y) = unpack_one(lane, n, kb + kk, half);
             t[2 * p] = x;
@@ -92,43 +101,34 @@ pub(super) fn unpack_pairs<T: Float>(
 }
 
 /// [`gather_pairs`] in single precision: whole groups through AVX2 where the CPU has it.
-pub(super) fn gather_pairs_f32(
-    input: &[f32],
-    base: usize,
-    inner: usize,
-    used: usize,
-    lanes: usize,
-    n: usize,
-    work: &mut [Complex<f32>],
-) {
+pub(super) fn gather_pairs_f32(input: &[f32], g: GroupLanes, work: &mut [Complex<f32>]) {
     #[cfg(target_arch = "x86_64")]
     {
-        let in_bounds = used == 0
-            || base
-                .checked_add((used - 1).saturating_mul(inner))
+        let in_bounds = g.used == 0
+            || g.base
+                .checked_add((g.used - 1).saturating_mul(g.inner))
                 .and_then(|last| last.checked_add(GROUP))
                 .is_some_and(|end| end <= input.len());
-        if lanes == GROUP
-            && used <= n
-            && work.len() >= (GROUP / 2) * n
+        if g.lanes == GROUP
+            && g.used <= g.n
+            && work.len() >= (GROUP / 2) * g.n
             && in_bounds
             && std::is_x86_feature_detected!("avx2")
         {
             // SAFETY: AVX2 is present; rows `base + k * inner .. + GROUP` for k < used are in
             // `input` and lanes `p * n + k` (p < GROUP / 2, k < used <= n) are in `work`
             // (both checked above).
-            unsafe { avx2::gather_group(input, base, inner, used, n, work) };
+            unsafe { avx2::gather_group(input, g, work) };
             return;
         }
     }
-    gather_pairs(input, base, inner, used, lanes, n, work)
+    gather_pairs(input, g, work)
 }
 
 /// [`unpack_pairs`] in single precision: whole groups through AVX2 where the CPU has it.
 pub(super) fn unpack_pairs_f32(
     work: &[Complex<f32>],
-    n: usize,
-    lanes: usize,
+    g: GroupLanes,
     kb: usize,
     kn: usize,
     half: f32,
@@ -136,7 +136,8 @@ pub(super) fn unpack_pairs_f32(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if lanes == GROUP
+        let n = g.n;
+        if g.lanes == GROUP
             && kn <= GROUP
             && kb + kn <= n
             && work.len() >= (GROUP / 2) * n
@@ -148,7 +149,7 @@ pub(super) fn unpack_pairs_f32(
             return;
         }
     }
-    unpack_pairs(work, n, lanes, kb, kn, half, tile)
+    unpack_pairs(work, g, kb, kn, half, tile)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -157,7 +158,7 @@ mod avx2 {
 
     use num_complex::Complex;
 
-    use super::{unpack_one, Tile, GROUP};
+    use super::{unpack_one, GroupLanes, Tile, GROUP};
 
     /// [`super::gather_pairs`] of a whole group: per four rows, the group's eight value pairs
     /// of each row are transposed into four values of each packed lane.
@@ -166,14 +167,14 @@ mod avx2 {
     /// AVX2 must be present; rows `base + k * inner .. + GROUP` for `k < used` must lie in
     /// `input`, and `used <= n`, `work.len() >= GROUP / 2 * n`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn gather_group(
-        input: &[f32],
-        base: usize,
-        inner: usize,
-        used: usize,
-        n: usize,
-        work: &mut [Complex<f32>],
-    ) {
+    pub(super) unsafe fn gather_group(input: &[f32], g: GroupLanes, work: &mut [Complex<f32>]) {
+        let GroupLanes {
+            base,
+            inner,
+            used,
+            n,
+            ..
+        } = g;
         let src = input.as_ptr();
         let dst = work.as_mut_ptr().cast::<f64>();
         let mut k = 0;
@@ -315,8 +316,9 @@ mod tests {
             let pairs = GROUP / 2;
             let mut fast = vec![Complex::new(7.0f32, 7.0); pairs * n];
             let mut slow = fast.clone();
-            gather_pairs_f32(&input, base, inner, used, lanes, n, &mut fast);
-            gather_pairs(&input, base, inner, used, lanes, n, &mut slow);
+            let g = GroupLanes { base, inner, used, lanes, n };
+            gather_pairs_f32(&input, g, &mut fast);
+            gather_pairs(&input, g, &mut slow);
             // Bit for bit, except that a NaN is any NaN (its sign depends on operand order).
             let canon = |x: f32| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() };
             let bits = |v: &[Complex<f32>]| v.iter().map(|c| (canon(c.re), canon(c.im))).collect::<Vec<_>>();
@@ -331,8 +333,8 @@ mod tests {
                 let kn = GROUP.min(out_len - kb);
                 let mut a = [[Complex::new(0.0f32, 0.0); GROUP]; GROUP];
                 let mut b = a;
-                unpack_pairs_f32(&work, n, lanes, kb, kn, 0.5, &mut a);
-                unpack_pairs(&work, n, lanes, kb, kn, 0.5, &mut b);
+                unpack_pairs_f32(&work, g, kb, kn, 0.5, &mut a);
+                unpack_pairs(&work, g, kb, kn, 0.5, &mut b);
                 for kk in 0..kn {
                     prop_assert_eq!(bits(&a[kk][..lanes]), bits(&b[kk][..lanes]));
                 }
