@@ -502,7 +502,7 @@ impl ZarrArray {
                     .then_some(idx)
             })
             .collect();
-        let index_len = layout.encode_index(&vec![None; n]).len();
+        let index_len = layout.index_len();
         let data_len = stored.iter().flatten().count() * inner_bytes;
         let head = if layout.index_at_end() { 0 } else { index_len };
         // Every byte is written below: the inner chunks in turn, then the index.

@@ -143,6 +143,11 @@ impl ShardLayout {
         index
     }
 
+    /// Bytes of a shard's index: an (offset, length) pair per inner chunk, and the checksum.
+    pub fn index_len(&self) -> usize {
+        16 * self.chunks_per_shard() as usize + if self.checksum { 4 } else { 0 }
+    }
+
     /// Inner chunks per shard.
     pub fn chunks_per_shard(&self) -> u64 {
         self.per_shard.iter().product()
@@ -150,7 +155,7 @@ impl ShardLayout {
 
     /// The byte range of a shard's index.
     pub fn index_range(&self) -> ByteRange {
-        let len = 16 * self.chunks_per_shard() + if self.checksum { 4 } else { 0 };
+        let len = self.index_len() as u64;
         if self.index_at_end {
             ByteRange::last(len)
         } else {
@@ -161,7 +166,7 @@ impl ShardLayout {
     /// The location of every inner chunk (C order within the shard) from the index bytes.
     pub fn parse_index(&self, index: &[u8]) -> std::result::Result<Vec<InnerRange>, String> {
         let n = self.chunks_per_shard() as usize;
-        let want = 16 * n + if self.checksum { 4 } else { 0 };
+        let want = self.index_len();
         if index.len() != want {
             return Err(format!(
                 "shard index holds {} bytes, {want} expected",
