@@ -117,7 +117,16 @@ impl Pool {
                 v.resize(len, 0);
                 v
             }
-            None => vec![0; len],
+            // Written here, not left to calloc: zeroed buffers are read before they are
+            // written (accumulators), and a page first read maps the shared zero page, so
+            // its first write would take a second fault that copies the page and flushes
+            // every core's TLB.
+            #[allow(clippy::slow_vector_initialization)] // the point: written, not calloc'd
+            None => {
+                let mut v = Vec::with_capacity(len);
+                v.resize(len, 0);
+                v
+            }
         }
     }
 

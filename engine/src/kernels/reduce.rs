@@ -115,11 +115,24 @@ impl Accumulator {
     }
 
     /// Bytes of state per element, for memory projections.
-    pub fn bytes_per_element(func: ReduceFunc) -> u64 {
-        match func {
-            ReduceFunc::Var | ReduceFunc::Std => 24,
-            ReduceFunc::NanMean | ReduceFunc::Argmin | ReduceFunc::Argmax => 32,
-            _ => 16,
+    pub fn bytes_per_element(func: ReduceFunc, compute: DType) -> u64 {
+        use super::work::{work_of, Work};
+        use ReduceFunc::*;
+        let w = work_of(compute);
+        // The element sizes of the state `new` makes.
+        let value: u64 = match w {
+            Work::C => 16,
+            Work::B => 1,
+            _ => 8,
+        };
+        match (func, w) {
+            (NanMean, Work::F | Work::C) => value + 8,
+            (NanMean, _) => 8,
+            (Var | Std, Work::C) => 8 + 16 + 8,
+            (Var | Std, _) => 24,
+            (Argmin | Argmax, Work::B) => 8 + 8 + 1,
+            (Argmin | Argmax, _) => value + 8 + 1,
+            _ => value,
         }
     }
 

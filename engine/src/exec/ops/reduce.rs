@@ -322,6 +322,20 @@ const GROUP_BYTES: u64 = 64 << 20;
 /// At most this many pieces are folded together.
 const FOLD_MAX: usize = 8;
 
+/// Pieces folded together per accumulator pass. Each piece goes straight into the
+/// accumulator, while it is still in cache from its decode, when every worker's accumulator
+/// and piece fit the last-level cache together: then the accumulator stays there too. Else
+/// several pieces are folded slab by slab, so each slab of the accumulator crosses memory
+/// once per group rather than once per piece. (ERA5 sum on a 32 MiB-L3 EPYC: one piece at a
+/// time is about 6% faster than eight.)
+fn fold_count(acc_bytes: u64, piece_bytes: u64, share: u64, workers: usize) -> usize {
+    let working_set = (acc_bytes + piece_bytes).saturating_mul(workers.max(1) as u64);
+    match crate::exec::cpu_cache::last_level_cache_bytes() {
+        Some(cache) if working_set <= cache => 1,
+        _ => ((share / piece_bytes.max(1)) as usize).clamp(1, FOLD_MAX),
+    }
+}
+
 /// Sizes of the groups `pieces` pieces are folded in, in order: `per_group` each, except
 /// that near the end of the stage (`later` pieces of other output chunks still follow) groups
 /// shrink to a share of what is left, so the last tasks are short and no worker idles long
@@ -398,10 +412,10 @@ pub fn tasks(
         };
         let out_bytes = out_region.len() * out.dtype().size() as u64;
         let acc_len = out_region.len() as usize;
-        let acc_bytes = acc_len as u64 * Accumulator::bytes_per_element(params.func);
+        let acc_bytes = acc_len as u64 * Accumulator::bytes_per_element(params.func, fused.dtype());
         // Fold several pieces together when their buffers fit a share of the budget.
         let share = max_task_bytes.saturating_sub(acc_bytes + 2 * piece_read + 2 * out_bytes);
-        let fold_every = ((share / piece_bytes) as usize).clamp(1, FOLD_MAX);
+        let fold_every = fold_count(acc_bytes, piece_bytes, share, workers);
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
             merge: Mutex::new(Merge {
