@@ -233,13 +233,15 @@ fn physical_fingerprint(physical: &stages::PhysicalPlan) -> String {
 /// The output material of a stage whose tasks a resumed run may skip.
 fn stage_input(stage: &Stage) -> &crate::optimize::fuse::Fused {
     match stage {
-        Stage::Compute { input, .. } | Stage::Reduce { input, .. } => input,
+        Stage::Compute { input, .. }
+        | Stage::Stream { input, .. }
+        | Stage::Reduce { input, .. } => input,
     }
 }
 
 fn stage_output(stage: &Stage) -> Option<usize> {
     match stage {
-        Stage::Compute { out, .. } => Some(*out),
+        Stage::Compute { out, .. } | Stage::Stream { out, .. } => Some(*out),
         Stage::Reduce { .. } => None,
     }
 }
@@ -281,6 +283,25 @@ fn stage_tasks(
                 block,
                 label,
                 batch_limit,
+            )?,
+        ),
+        Stage::Stream {
+            input,
+            out,
+            group,
+            stream_bytes,
+            batch_bytes,
+            label,
+        } => (
+            format!("{label} (groups of {group:?} chunks)"),
+            crate::exec::ops::stream_copy::tasks(
+                Arc::new(input.clone()),
+                arrays.clone(),
+                arrays[*out].clone(),
+                group,
+                *stream_bytes,
+                label,
+                *batch_bytes,
             )?,
         ),
         Stage::Reduce {
@@ -475,7 +496,13 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         }
         stage_names.push(name);
         progress.add_tasks(tasks.len() as u64);
-        engine.scheduler.run(tasks)?;
+        if let Err(e) = engine.scheduler.run(tasks) {
+            // Chunks streamed in parts that did not finish never appear.
+            if let Some(out) = stage_output(stage) {
+                arrays[out].store().discard_parts();
+            }
+            return Err(e);
+        }
     }
     if job.is_some() {
         for (arr, m) in arrays.iter().zip(&physical.materials) {

@@ -11,4 +11,4 @@ pub mod task;
 pub use memory::{Budget, Reservation};
 pub use progress::Progress;
 pub use scheduler::Scheduler;
-pub use task::{Processor, ReadOp, Task, TaskContext, WriteOp};
+pub use task::{Part, Processor, ReadOp, Task, TaskContext, WriteOp};

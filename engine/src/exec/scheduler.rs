@@ -477,14 +477,17 @@ fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
                 }
             }
         });
-        match w.value {
-            Some(v) => {
+        match (w.value, w.part) {
+            (Some(v), part) => {
                 ctx.progress
                     .bytes_written
                     .fetch_add(v.len() as u64, Ordering::Relaxed);
-                w.store.write_async(w.key, v, done)
+                match part {
+                    Some(p) => w.store.write_part_async(w.key, p.offset, v, p.total, done),
+                    None => w.store.write_async(w.key, v, done),
+                }
             }
-            None => done(w.store.erase(&w.key)),
+            (None, _) => done(w.store.erase(&w.key)),
         }
     }
 }
@@ -522,11 +525,11 @@ mod tests {
             Ok(vec![])
         }
         fn finish(self: Box<Self>, _c: &mut TaskContext) -> Result<Vec<WriteOp>> {
-            Ok(vec![WriteOp {
-                store: self.store.clone(),
-                key: self.key.clone(),
-                value: Some(vec![(self.sum * 2) as u8]),
-            }])
+            Ok(vec![WriteOp::whole(
+                self.store.clone(),
+                self.key.clone(),
+                Some(vec![(self.sum * 2) as u8]),
+            )])
         }
     }
 

@@ -25,6 +25,40 @@ pub struct WriteOp {
     pub key: String,
     /// The bytes, or `None` to erase.
     pub value: Option<Vec<u8>>,
+    /// Set when `value` is one part of a value written in parts (see
+    /// [`Store::write_part_async`]).
+    pub part: Option<Part>,
+}
+
+/// Where a part goes in its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// Byte offset of the part.
+    pub offset: u64,
+    /// The value's length, on the last part issued.
+    pub total: Option<u64>,
+}
+
+impl WriteOp {
+    /// Writes `value` whole at `key` (erases `key` for `None`).
+    pub fn whole(store: Arc<dyn Store>, key: String, value: Option<Vec<u8>>) -> Self {
+        WriteOp {
+            store,
+            key,
+            value,
+            part: None,
+        }
+    }
+
+    /// Writes `bytes` as the part of `key`'s value at `part`.
+    pub fn part(store: Arc<dyn Store>, key: String, bytes: Vec<u8>, part: Part) -> Self {
+        WriteOp {
+            store,
+            key,
+            value: Some(bytes),
+            part: Some(part),
+        }
+    }
 }
 
 /// What a task's processor can use while it runs.

@@ -58,6 +58,23 @@ pub enum Stage {
         /// For messages.
         label: String,
     },
+    /// Copies `input`, a plain copy of one array, into `out` through one encoder stream per
+    /// output chunk (see `exec::ops::stream_copy`), one task per group of `group` output
+    /// chunks per axis.
+    Stream {
+        /// What to copy.
+        input: Fused,
+        /// Where.
+        out: MatId,
+        /// Output chunks per task along each axis.
+        group: Vec<u64>,
+        /// Bytes one stream's encoder holds.
+        stream_bytes: u64,
+        /// Decoded bytes of input per read batch.
+        batch_bytes: u64,
+        /// For messages.
+        label: String,
+    },
     /// Reduces `input` (already cast to the compute dtype) over `axes` into `out`.
     Reduce {
         /// The reduced values.
@@ -570,6 +587,85 @@ fn block_task_bytes(
     )
 }
 
+/// Most passes over the input a stream copy may take (one per group of output chunks): each
+/// decodes the input again, which soon costs more than an intermediate array.
+const MAX_STREAM_PASSES: u64 = 2;
+
+/// Most decoded input a stream copy's batch holds, in multiples of the usual batch: each
+/// stream takes the rows of a whole batch at once, and the more rows, the less its encoder's
+/// tables and window are fetched back into cache per row (ERA5 rechunk: 16 rows per batch
+/// cost about 10% more time than 64).
+const MAX_STREAM_BATCHES: u64 = 4;
+
+/// The group shape, per-stream bytes and batch bytes of a stream copy of `src` into target
+/// `out`, when
+/// `src` is a plain copy of one array whose chunks hold whole output chunks along every axis
+/// but the first, the target is unsharded Zarr v3 in a store that writes values in parts
+/// with a codec that streams (zstd or none), and the streams fit `limit` in at most
+/// [`MAX_STREAM_PASSES`] groups per row of output chunks.
+fn stream_plan(
+    materials: &[Material],
+    src: &Fused,
+    out: MatId,
+    batch: u64,
+    limit: u64,
+) -> Option<(Vec<u64>, u64, u64)> {
+    use crate::exec::ops::stream_copy;
+    let mat = &materials[out];
+    let MaterialOrigin::Target { url, spec } = &mat.origin else {
+        return None;
+    };
+    if spec.shards.is_some()
+        || spec.zarr_format != 3
+        || spec.existing
+        || !crate::store::writes_in_parts(url)
+    {
+        return None;
+    }
+    let [leaf] = src.leaves.as_slice() else {
+        return None;
+    };
+    if leaf.fft.is_some() || src.plain_leaf(mat.dtype).is_none() {
+        return None;
+    }
+    if !stream_copy::rows_of_single_chunks(&materials[leaf.mat].grid, &mat.grid) {
+        return None;
+    }
+    let chunk_bytes = mat.grid.chunk_shape().iter().product::<u64>() * mat.dtype.size() as u64;
+    let stream_bytes = match spec.codec {
+        Codec::None => 0,
+        Codec::Zstd { level } => crate::zarr::stream::zstd_stream_bytes(level, chunk_bytes)?,
+        _ => return None,
+    };
+    // A batch holds at least one input chunk along the first axis across the group: at most
+    // a whole slab of the array that thick.
+    let input = &materials[leaf.mat].grid;
+    let slab = input.axes()[0].max_size()
+        * mat.shape[1..].iter().product::<u64>()
+        * materials[leaf.mat].dtype.size() as u64;
+    let batch = batch.max(slab);
+    let per_stream = stream_copy::task_bytes(1, stream_bytes, chunk_bytes, 0);
+    let streams = limit.checked_sub(stream_copy::task_bytes(0, 0, 0, batch))? / per_stream;
+    if streams == 0 {
+        return None;
+    }
+    let group = stream_copy::group_shape(&mat.grid, streams);
+    let per_row: u64 = mat.grid.grid_shape()[1..].iter().product();
+    let per_group: u64 = group.iter().product();
+    if per_row.div_ceil(per_group.max(1)) > MAX_STREAM_PASSES {
+        return None;
+    }
+    // Larger batches where the budget has room beside the streams.
+    let room = limit.saturating_sub(stream_copy::task_bytes(
+        per_group,
+        stream_bytes,
+        chunk_bytes,
+        0,
+    ));
+    let batch_bytes = (room / 3).clamp(batch, MAX_STREAM_BATCHES * batch);
+    Some((group, stream_bytes, batch_bytes))
+}
+
 /// Plans the stages that copy (and compute) `src` into material `out`: one stage of blocks
 /// when a block fits the budget, else through an intermediate, else chunk by chunk.
 pub(crate) fn plan_copy(
@@ -622,6 +718,21 @@ pub(crate) fn plan_copy(
             out,
             block,
             label,
+        });
+        return Ok(());
+    }
+    // Output chunks that each gather rows of many input chunks: encoded as streams, each
+    // input chunk decoded once, no intermediate.
+    if let Some((group, stream_bytes, batch_bytes)) =
+        stream_plan(materials, &src, out, batch, limit)
+    {
+        stages.push(Stage::Stream {
+            input: src,
+            out,
+            group,
+            stream_bytes,
+            batch_bytes,
+            label: format!("{label} (streamed)"),
         });
         return Ok(());
     }

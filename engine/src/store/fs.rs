@@ -89,6 +89,8 @@ pub struct FsStore {
     uring: Option<Arc<super::uring::UringReader>>,
     /// In `auto` mode, large whole values are mapped, not read (zero copies on warm data).
     map_large: bool,
+    /// Values being written in parts.
+    parts: Arc<super::parts::PartTracker>,
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -119,6 +121,7 @@ impl FsStore {
             pool: IoPool::new(io_threads),
             uring,
             map_large: mode == super::uring::IoMode::Auto,
+            parts: Arc::default(),
         })
     }
 
@@ -179,6 +182,41 @@ impl FsStore {
             let _ = fs::remove_file(&tmp);
         }
         result
+    }
+
+    /// The temporary file a value written in parts is built in, beside its key.
+    fn parts_path(path: &Path) -> PathBuf {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        dir.join(format!(".{name}.partial-{}-parts", std::process::id()))
+    }
+
+    /// Writes `bytes` at `offset` of the value being built for `path`.
+    fn write_part(path: &Path, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let tmp = Self::parts_path(path);
+        if let Some(dir) = tmp.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        // Not truncated: other parts may be in it already. A stale file of an earlier,
+        // abandoned attempt is cut to length when the value is published.
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&tmp)?;
+        f.write_all_at(bytes, offset)
+    }
+
+    /// Publishes the value built for `path`, `total` bytes long.
+    fn publish_parts(path: &Path, total: u64) -> std::io::Result<()> {
+        let tmp = Self::parts_path(path);
+        let f = fs::OpenOptions::new().write(true).open(&tmp)?;
+        f.set_len(total)?;
+        drop(f);
+        fs::rename(&tmp, path)
     }
 
     fn list_into(&self, dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<()> {
@@ -383,6 +421,40 @@ impl Store for FsStore {
         true
     }
 
+    fn supports_part_writes(&self) -> bool {
+        true
+    }
+
+    fn write_part_async(
+        &self,
+        key: String,
+        offset: u64,
+        bytes: Vec<u8>,
+        total: Option<u64>,
+        done: WriteCallback,
+    ) {
+        let path = self.path_of(&key);
+        let url = self.url.clone();
+        let parts = self.parts.clone();
+        self.pool.spawn(Box::new(move || {
+            let result = FsStore::write_part(&path, offset, &bytes).and_then(|()| {
+                match parts.written(&key, bytes.len() as u64, total) {
+                    super::parts::PartOutcome::Complete { total } => {
+                        FsStore::publish_parts(&path, total)
+                    }
+                    super::parts::PartOutcome::Pending => Ok(()),
+                }
+            });
+            done(result.map_err(|e| io_error(&url, &key, e)))
+        }));
+    }
+
+    fn discard_parts(&self) {
+        for key in self.parts.abandon_all() {
+            let _ = fs::remove_file(Self::parts_path(&self.path_of(&key)));
+        }
+    }
+
     fn remove_abandoned_writes(&self) -> Result<()> {
         // Temporaries of this process may belong to writes in flight; others are abandoned.
         let ours = format!(".partial-{}-", std::process::id());
@@ -450,7 +522,22 @@ mod tests {
         for (name, store) in stores(dir.path()) {
             eprintln!("{name}");
             crate::store::conformance::check_store(&store);
+            crate::store::conformance::check_part_writes(&store);
         }
+        // Nothing of the parts is left behind.
+        let mut left = Vec::new();
+        let mut dirs = vec![dir.path().to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else {
+                    left.push(p);
+                }
+            }
+        }
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

@@ -10,6 +10,9 @@ use crate::error::{Error, Result};
 pub struct MemoryStore {
     url: String,
     map: Arc<Mutex<BTreeMap<String, Vec<u8>>>>,
+    /// Values being written in parts, outside the map until whole.
+    building: Mutex<HashMap<String, Vec<u8>>>,
+    parts: super::parts::PartTracker,
 }
 
 type Registry = Mutex<HashMap<String, Arc<Mutex<BTreeMap<String, Vec<u8>>>>>>;
@@ -29,6 +32,8 @@ impl MemoryStore {
         Arc::new(MemoryStore {
             url: format!("memory://{name}"),
             map,
+            building: Mutex::default(),
+            parts: super::parts::PartTracker::default(),
         })
     }
 
@@ -103,6 +108,48 @@ impl Store for MemoryStore {
     fn supports_partial_reads(&self) -> bool {
         true
     }
+
+    fn supports_part_writes(&self) -> bool {
+        true
+    }
+
+    fn write_part_async(
+        &self,
+        key: String,
+        offset: u64,
+        bytes: Vec<u8>,
+        total: Option<u64>,
+        done: WriteCallback,
+    ) {
+        let poisoned = || Error::store(&self.url, "store lock poisoned");
+        let result = (|| {
+            let mut building = self.building.lock().map_err(|_| poisoned())?;
+            let value = building.entry(key.clone()).or_default();
+            let end = offset as usize + bytes.len();
+            if value.len() < end {
+                value.resize(end, 0);
+            }
+            value[offset as usize..end].copy_from_slice(&bytes);
+            if let super::parts::PartOutcome::Complete { total } =
+                self.parts.written(&key, bytes.len() as u64, total)
+            {
+                let mut value = building.remove(&key).unwrap_or_default();
+                value.resize(total as usize, 0);
+                self.with_map(|m| {
+                    m.insert(key, value);
+                })?;
+            }
+            Ok(())
+        })();
+        done(result)
+    }
+
+    fn discard_parts(&self) {
+        self.parts.abandon_all();
+        if let Ok(mut b) = self.building.lock() {
+            b.clear();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -111,5 +158,6 @@ mod tests {
     fn memory_store_conforms() {
         let s = super::MemoryStore::named("conformance");
         crate::store::conformance::check_store(s.as_ref());
+        crate::store::conformance::check_part_writes(s.as_ref());
     }
 }

@@ -8,6 +8,7 @@
 pub mod fs;
 pub mod memory;
 pub mod object;
+pub mod parts;
 pub mod uring;
 
 use std::sync::{mpsc, Arc};
@@ -168,6 +169,34 @@ pub trait Store: Send + Sync {
         false
     }
 
+    /// True when [`write_part_async`](Self::write_part_async) works here.
+    fn supports_part_writes(&self) -> bool {
+        false
+    }
+
+    /// Starts writing `bytes` at `offset` of the value being built in parts for `key` (parts
+    /// may be written in any order, each byte by exactly one part). The last part issued
+    /// carries the value's `total` length; once every byte is written the value appears under
+    /// `key`, whole and atomically. `done` receives this part's outcome.
+    fn write_part_async(
+        &self,
+        key: String,
+        offset: u64,
+        bytes: Vec<u8>,
+        total: Option<u64>,
+        done: WriteCallback,
+    ) {
+        let _ = (offset, bytes, total);
+        done(Err(Error::store(
+            self.url(),
+            format!("cannot write {key} in parts: this store writes whole values only"),
+        )))
+    }
+
+    /// Removes every value still being built in parts (after a failed or cancelled run):
+    /// none of them appears.
+    fn discard_parts(&self) {}
+
     /// Removes what a killed writer left of unfinished atomic writes (never visible as keys).
     /// Stores whose writes leave nothing behind need not override it.
     fn remove_abandoned_writes(&self) -> Result<()> {
@@ -205,6 +234,15 @@ pub trait Store: Send + Sync {
         );
         rx.recv()
             .map_err(|_| Error::store(self.url(), "IO thread ended without an answer"))?
+    }
+}
+
+/// True when the store at `url` writes values in parts ([`Store::write_part_async`]):
+/// local paths and `memory://`, not object storage.
+pub fn writes_in_parts(url: &str) -> bool {
+    match url.split_once("://") {
+        Some((scheme, _)) => scheme == "file" || scheme == "memory",
+        None => true,
     }
 }
 
@@ -268,5 +306,42 @@ pub mod conformance {
         assert_eq!(store.get("a/d").unwrap(), None);
         store.erase_prefix("").unwrap();
         assert!(store.list_prefix("").unwrap().is_empty());
+    }
+
+    fn write_part(store: &dyn Store, key: &str, offset: u64, bytes: &[u8], total: Option<u64>) {
+        let (tx, rx) = mpsc::channel();
+        store.write_part_async(
+            key.to_string(),
+            offset,
+            bytes.to_vec(),
+            total,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap().unwrap();
+    }
+
+    /// Values written in parts, out of order, appear whole once every byte is written and
+    /// not before; a discarded value never appears.
+    pub fn check_part_writes(store: &dyn Store) {
+        assert!(store.supports_part_writes());
+        write_part(store, "c/0", 6, b"world", Some(11));
+        assert_eq!(store.get("c/0").unwrap(), None);
+        assert!(store.list_prefix("").unwrap().is_empty());
+        write_part(store, "c/0", 0, b"hello ", None);
+        assert_eq!(
+            store.get("c/0").unwrap().as_deref(),
+            Some(&b"hello world"[..])
+        );
+        // A value built again over a longer stale attempt is cut to its length.
+        write_part(store, "c/1", 0, b"a longer first attempt", None);
+        store.discard_parts();
+        write_part(store, "c/1", 0, b"short", Some(5));
+        assert_eq!(store.get("c/1").unwrap().as_deref(), Some(&b"short"[..]));
+        write_part(store, "c/2", 0, b"never finished", None);
+        store.discard_parts();
+        assert_eq!(store.list_prefix("").unwrap(), vec!["c/0", "c/1"]);
+        store.erase_prefix("").unwrap();
     }
 }

@@ -8,6 +8,7 @@
 mod create;
 mod metadata;
 pub mod shard;
+pub mod stream;
 
 pub use create::{ArraySpec, Codec};
 pub use metadata::exists as array_exists;

@@ -72,11 +72,11 @@ impl Processor for ChunkFnProcessor {
             .with_chunk_key(self.out.chunk_key(&self.spec.out)));
         }
         let encoded = self.out.encode_chunk(&self.spec.out, &values)?;
-        Ok(vec![WriteOp {
-            store: self.out.store().clone(),
-            key: self.out.chunk_key(&self.spec.out),
-            value: encoded,
-        }])
+        Ok(vec![WriteOp::whole(
+            self.out.store().clone(),
+            self.out.chunk_key(&self.spec.out),
+            encoded,
+        )])
     }
 
     fn finish(self: Box<Self>, _ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {

@@ -98,11 +98,11 @@ impl ComputeProcessor {
                     let shard = out.encode_raw_shard(idx, |region, dst| {
                         self.assembler.copy_into_bytes(region, dtype.size(), dst)
                     })?;
-                    return Ok(WriteOp {
-                        store: out.store().clone(),
-                        key: out.chunk_key(idx),
-                        value: Some(shard),
-                    });
+                    return Ok(WriteOp::whole(
+                        out.store().clone(),
+                        out.chunk_key(idx),
+                        Some(shard),
+                    ));
                 }
                 let values = self
                     .assembler
@@ -111,11 +111,11 @@ impl ComputeProcessor {
                     std::borrow::Cow::Owned(b) => out.encode_chunk_owned(idx, b)?,
                     std::borrow::Cow::Borrowed(b) => out.encode_chunk(idx, b)?,
                 };
-                Ok(WriteOp {
-                    store: out.store().clone(),
-                    key: out.chunk_key(idx),
+                Ok(WriteOp::whole(
+                    out.store().clone(),
+                    out.chunk_key(idx),
                     value,
-                })
+                ))
             })
             .collect()
     }
@@ -147,11 +147,11 @@ impl ComputeProcessor {
                     );
                     out.encode_chunk_owned(idx, c)?
                 };
-                Ok(WriteOp {
-                    store: out.store().clone(),
-                    key: out.chunk_key(idx),
-                    value: encoded,
-                })
+                Ok(WriteOp::whole(
+                    out.store().clone(),
+                    out.chunk_key(idx),
+                    encoded,
+                ))
             })
             .collect()
     }

@@ -4,3 +4,4 @@ pub mod chunk_fn;
 pub mod compute;
 pub mod reduce;
 pub mod region;
+pub mod stream_copy;

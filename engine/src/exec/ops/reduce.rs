@@ -257,11 +257,11 @@ impl Processor for ReduceProcessor {
         drop(guard);
         let values = acc.finish(self.out.dtype(), shared.count, self.params.ddof)?;
         let encoded = self.out.encode_chunk(&shared.idx, &values)?;
-        Ok(vec![WriteOp {
-            store: self.out.store().clone(),
-            key: self.out.chunk_key(&shared.idx),
-            value: encoded,
-        }])
+        Ok(vec![WriteOp::whole(
+            self.out.store().clone(),
+            self.out.chunk_key(&shared.idx),
+            encoded,
+        )])
     }
 }
 
