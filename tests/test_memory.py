@@ -114,9 +114,9 @@ def test_sum_reduction_bounded(
     assert np.all(np.abs(out - expected) <= 1e-5 * magnitude + 1e-6)
 
 
-# (50, 64, 64) and (10, 1024, 32) go through an intermediate array; (50, 256, 256) is
-# encoded as streams, sixteen 12.5 MiB chunks open at once (each input chunk decoded once).
-@pytest.mark.parametrize("target_chunks", [(50, 64, 64), (10, 1024, 32), (50, 256, 256)])
+# (50, 64, 64) and (10, 1024, 32) go through an intermediate array; (50, 512, 512) is
+# encoded as streams, four 50 MiB chunks open at once (each input chunk decoded once).
+@pytest.mark.parametrize("target_chunks", [(50, 64, 64), (10, 1024, 32), (50, 512, 512)])
 def test_rechunk_bounded(
     cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path, target_chunks: tuple[int, ...]
 ) -> None:
@@ -139,7 +139,7 @@ def test_rechunk_bounded(
     limit = bound(summary, baseline_rss)
     print(report(f"rechunk {target_chunks}", result.peak_rss, limit, baseline_rss))
     streamed = any("streamed" in s for s in summary["stages"])
-    assert streamed == (target_chunks == (50, 256, 256)), summary["stages"]
+    assert streamed == (target_chunks == (50, 512, 512)), summary["stages"]
     assert result.peak_rss < limit, report("rechunk", result.peak_rss, limit, baseline_rss)
 
     out = open_zarr(target)

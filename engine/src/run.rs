@@ -283,6 +283,7 @@ fn stage_tasks(
                 block,
                 label,
                 batch_limit,
+                workers,
             )?,
         ),
         Stage::Stream {

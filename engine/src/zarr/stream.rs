@@ -97,6 +97,18 @@ impl ZarrArray {
             && (self.fast == Some(FastCodec::Raw) || self.fast_encode.is_some())
     }
 
+    /// The codec chunk streams encode with, when chunks can be streamed.
+    pub fn stream_codec(&self) -> Option<super::Codec> {
+        if !self.streams_chunks() {
+            return None;
+        }
+        match (self.fast, self.fast_encode) {
+            (Some(FastCodec::Raw), _) => Some(super::Codec::None),
+            (_, Some(p)) => Some(super::Codec::Zstd { level: p.level }),
+            _ => None,
+        }
+    }
+
     /// A stream encoding chunk `idx`, fed its region's rows in order.
     pub fn chunk_stream(&self, idx: &[u64]) -> Result<ChunkStream> {
         let key = self.chunk_key(idx);

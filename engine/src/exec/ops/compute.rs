@@ -195,7 +195,8 @@ impl Processor for ComputeProcessor {
     }
 }
 
-/// The tasks of a compute stage.
+/// The tasks of a compute stage run by `threads` compute threads (the planner's count: their
+/// projected memory must match its).
 pub fn tasks(
     fused: Arc<Fused>,
     arrays: Arc<Vec<Arc<ZarrArray>>>,
@@ -203,7 +204,9 @@ pub fn tasks(
     block: &[u64],
     label: &str,
     batch_limit_bytes: u64,
+    threads: usize,
 ) -> Result<Vec<Task>> {
+    let threads = threads.max(1);
     let blocks = indices_in(&block_grid(out.grid(), block));
     blocks
         .into_iter()
@@ -216,7 +219,6 @@ pub fn tasks(
             let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
             let read_batches = batches.len();
             // Encoding is split in batches of a few chunks per thread so writes overlap it.
-            let threads = rayon::current_num_threads();
             let per_encode = crate::optimize::stages::chunks_per_encode(threads);
             batches.extend((0..chunks.len().div_ceil(per_encode)).map(|_| Vec::new()));
             let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
