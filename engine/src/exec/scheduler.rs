@@ -61,6 +61,10 @@ struct Running {
     write_allowance: usize,
     reservation: Option<Reservation>,
     ended: bool,
+    /// Ended while writes were in flight: the stage waits for them (a write cut off when
+    /// the run returns would leave its temporary file behind) and counts the task finished
+    /// when the last one lands.
+    finish_when_written: bool,
 }
 
 type TaskRef = Arc<Mutex<Running>>;
@@ -226,6 +230,7 @@ fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
         busy: false,
         processed_all: false,
         writes_pending: 0,
+        finish_when_written: false,
         write_allowance: 0,
         reservation: Some(reservation),
         ended: false,
@@ -242,15 +247,19 @@ fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
 
 /// Ends a task once: releases its memory and tells the dispatcher.
 fn end(ctx: &Arc<Ctx>, t: &TaskRef, error: Option<Error>) {
-    let (label, was_ended, reservation) = match t.lock() {
+    let (label, was_ended, reservation, writing) = match t.lock() {
         Ok(mut r) => {
             let was = r.ended;
             r.ended = true;
             r.processor = None;
             r.arrived.clear();
-            (r.label.clone(), was, r.reservation.take())
+            let writing = r.writes_pending > 0;
+            if !was && writing {
+                r.finish_when_written = true;
+            }
+            (r.label.clone(), was, r.reservation.take(), writing)
         }
-        Err(_) => (String::new(), false, None),
+        Err(_) => (String::new(), false, None, false),
     };
     if was_ended {
         return;
@@ -269,7 +278,9 @@ fn end(ctx: &Arc<Ctx>, t: &TaskRef, error: Option<Error>) {
         }
         None => ctx.progress.task_done(),
     }
-    ctx.shared.task_finished();
+    if !writing {
+        ctx.shared.task_finished();
+    }
 }
 
 fn stopped(ctx: &Ctx) -> bool {
@@ -465,8 +476,23 @@ fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
         let ctx2 = ctx.clone();
         let t2 = t.clone();
         let done = Box::new(move |res: Result<()>| {
-            if let Ok(mut r) = t2.lock() {
-                r.writes_pending -= 1;
+            let last_of_ended = match t2.lock() {
+                Ok(mut r) => {
+                    r.writes_pending -= 1;
+                    let last = r.finish_when_written && r.writes_pending == 0;
+                    if last {
+                        r.finish_when_written = false;
+                    }
+                    last
+                }
+                Err(_) => false,
+            };
+            if last_of_ended {
+                if let Err(e) = res {
+                    ctx2.shared.fail(e);
+                }
+                ctx2.shared.task_finished();
+                return;
             }
             match res {
                 Err(e) => end(&ctx2, &t2, Some(e)),
