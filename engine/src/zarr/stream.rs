@@ -4,6 +4,7 @@
 //! intermediate array. Only formats whose encoded bytes are one stream of the chunk's C-order
 //! bytes qualify: unsharded `bytes` (little-endian) alone or followed by `zstd`.
 
+use zstd::zstd_safe::zstd_sys::ZSTD_EndDirective;
 use zstd::zstd_safe::{CCtx, CParameter, InBuffer, OutBuffer};
 
 use super::{FastCodec, ZarrArray, ZstdParams};
@@ -79,12 +80,12 @@ pub fn zstd_stream_bytes(level: i32, chunk_bytes: u64) -> Option<u64> {
     // The context allocates its workspace when the frame starts.
     let one = [0u8; 1];
     let mut input = InBuffer::around(&one);
-    let mut out: Vec<u8> = Vec::with_capacity(CCtx::out_size());
-    let mut output = OutBuffer::around(&mut out);
-    c.compress_stream2(
-        &mut output,
+    let mut out: Vec<u8> = Vec::new();
+    zstd_step(
+        &mut c,
+        &mut out,
         &mut input,
-        zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_continue,
+        ZSTD_EndDirective::ZSTD_e_continue,
     )
     .ok()?;
     Some(c.sizeof() as u64)
@@ -254,21 +255,13 @@ impl ChunkStream {
         }
         if let Encoder::Zstd(c) = &mut self.encoder {
             let mut input = InBuffer::around(&[]);
-            loop {
-                self.pending.reserve(CCtx::out_size());
-                let pos = self.pending.len();
-                let mut output = OutBuffer::around_pos(&mut self.pending, pos);
-                let left = c
-                    .compress_stream2(
-                        &mut output,
-                        &mut input,
-                        zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_end,
-                    )
-                    .map_err(|code| zstd::zstd_safe::get_error_name(code).to_string())?;
-                if left == 0 {
-                    break;
-                }
-            }
+            while zstd_step(
+                c,
+                &mut self.pending,
+                &mut input,
+                ZSTD_EndDirective::ZSTD_e_end,
+            )? > 0
+            {}
         }
         let total = self.offset + self.pending.len() as u64;
         Ok((self.offset, self.pending, total))
@@ -284,20 +277,32 @@ impl ChunkStream {
             Encoder::Zstd(c) => {
                 let mut input = InBuffer::around(bytes);
                 while input.pos() < bytes.len() {
-                    self.pending.reserve(CCtx::out_size());
-                    let pos = self.pending.len();
-                    let mut output = OutBuffer::around_pos(&mut self.pending, pos);
-                    c.compress_stream2(
-                        &mut output,
+                    zstd_step(
+                        c,
+                        &mut self.pending,
                         &mut input,
-                        zstd::zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_continue,
-                    )
-                    .map_err(|code| zstd::zstd_safe::get_error_name(code).to_string())?;
+                        ZSTD_EndDirective::ZSTD_e_continue,
+                    )?;
                 }
                 Ok(())
             }
         }
     }
+}
+
+/// One `compress_stream2` call appending to `out` (room for a block made first); returns what
+/// zstd says is left to flush.
+fn zstd_step(
+    c: &mut CCtx<'static>,
+    out: &mut Vec<u8>,
+    input: &mut InBuffer<'_>,
+    directive: ZSTD_EndDirective,
+) -> std::result::Result<usize, String> {
+    out.reserve(CCtx::out_size());
+    let pos = out.len();
+    let mut output = OutBuffer::around_pos(out, pos);
+    c.compress_stream2(&mut output, input, directive)
+        .map_err(|code| zstd::zstd_safe::get_error_name(code).to_string())
 }
 
 /// Appends `n` bytes of repeated `fill` elements.
