@@ -228,7 +228,7 @@ impl Fast32 {
         n: usize,
         out: &mut [f64],
     ) -> Result<()> {
-        self.dispatch::<false>(scratch, leaves, n, out)
+        self.dispatch::<f64, false>(scratch, leaves, n, out)
     }
 
     /// Evaluates `n` values (n ≤ TILE) and adds them, as f64, to `sums` (a sum's fold without
@@ -240,45 +240,56 @@ impl Fast32 {
         n: usize,
         sums: &mut [f64],
     ) -> Result<()> {
-        self.dispatch::<true>(scratch, leaves, n, sums)
+        self.dispatch::<f64, true>(scratch, leaves, n, sums)
     }
 
-    /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
-    fn dispatch<const ADD: bool>(
+    /// Evaluates `n` values (n ≤ TILE) and adds them to the float32 running sums `sums`.
+    pub fn eval_add_f32(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
-        out: &mut [f64],
+        sums: &mut [f32],
+    ) -> Result<()> {
+        self.dispatch::<f32, true>(scratch, leaves, n, sums)
+    }
+
+    /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
+    fn dispatch<T: Out, const ADD: bool>(
+        &self,
+        scratch: &mut [Vec<f32>],
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        out: &mut [T],
     ) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.eval_avx2::<ADD>(scratch, leaves, n, out) };
+            return unsafe { self.eval_avx2::<T, ADD>(scratch, leaves, n, out) };
         }
-        self.eval_impl::<ADD>(scratch, leaves, n, out)
+        self.eval_impl::<T, ADD>(scratch, leaves, n, out)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn eval_avx2<const ADD: bool>(
+    unsafe fn eval_avx2<T: Out, const ADD: bool>(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
-        out: &mut [f64],
+        out: &mut [T],
     ) -> Result<()> {
-        self.eval_impl::<ADD>(scratch, leaves, n, out)
+        self.eval_impl::<T, ADD>(scratch, leaves, n, out)
     }
 
     /// Evaluates `n` values into `out` (`ADD`: added to what `out` holds).
     #[inline(always)]
-    fn eval_impl<const ADD: bool>(
+    fn eval_impl<T: Out, const ADD: bool>(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
-        out: &mut [f64],
+        out: &mut [T],
     ) -> Result<()> {
         // Contiguous leaves are read where they lie (on the stack for short programs: this
         // runs once per tile).
@@ -337,20 +348,26 @@ impl Fast32 {
         }
         let out = &mut out[..n];
         match (self.result, ADD) {
-            (Arg::Scalar(x), false) => out.fill(x as f64),
-            (Arg::Scalar(x), true) => out.iter_mut().for_each(|o| *o += x as f64),
+            (Arg::Scalar(x), false) => out.fill(T::from(x)),
+            (Arg::Scalar(x), true) => out.iter_mut().for_each(|o| *o += T::from(x)),
             (Arg::Step(k), false) => {
                 let r = direct[k].unwrap_or(&scratch[k][..n]);
-                out.iter_mut().zip(r).for_each(|(o, x)| *o = *x as f64);
+                out.iter_mut().zip(r).for_each(|(o, x)| *o = T::from(*x));
             }
             (Arg::Step(k), true) => {
                 let r = direct[k].unwrap_or(&scratch[k][..n]);
-                out.iter_mut().zip(r).for_each(|(o, x)| *o += *x as f64);
+                out.iter_mut().zip(r).for_each(|(o, x)| *o += T::from(*x));
             }
         }
         Ok(())
     }
 }
+
+/// What a program's float32 results are written or added to: f64 (exactly) or f32.
+trait Out: Copy + From<f32> + std::ops::AddAssign {}
+
+impl Out for f32 {}
+impl Out for f64 {}
 
 /// `f` of the tile's values of `src` at `at` (contiguous, broadcast or strided), into `out`.
 #[inline(always)]
@@ -538,6 +555,13 @@ mod tests {
                 for i in 0..n {
                     let expected = (i as f64 * 0.37 - 20.0) + want[i];
                     prop_assert!(same(sums[i], expected), "{prog:?} sum at {i}: {} vs {expected}", sums[i]);
+                }
+                // Added into float32 running sums: one f32 addition of the exact value.
+                let mut sums32: Vec<f32> = (0..TILE).map(|i| i as f32 * 0.37 - 20.0).collect();
+                fast.eval_add_f32(&mut scratch, &leaves, n, &mut sums32).unwrap();
+                for i in 0..n {
+                    let expected = ((i as f32 * 0.37 - 20.0) as f64 + want[i]) as f32;
+                    prop_assert!(same(sums32[i] as f64, expected as f64), "{prog:?} f32 sum at {i}: {} vs {expected}", sums32[i]);
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! Compute kernels: fused elementwise programs over tiles, and streaming reductions.
 
+pub mod cascade;
 pub mod fast32;
 pub mod fft;
 pub mod ops;

@@ -155,6 +155,26 @@ impl Program {
         }
     }
 
+    /// Adds `n` values (n ≤ TILE) to the float32 running sums `sums` when the program runs in
+    /// single precision; `Ok(false)`, touching nothing, when it does not.
+    pub fn eval_tile_add_f32(
+        &self,
+        regs: &mut Registers,
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        sums: &mut [f32],
+    ) -> Result<bool> {
+        match regs.fast32.as_mut() {
+            Some((fast, scratch)) => fast.eval_add_f32(scratch, leaves, n, sums).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Whether the program runs in single precision (float32 values throughout).
+    pub fn is_single_precision(&self) -> bool {
+        Fast32::compile(&self.insts).is_some()
+    }
+
     /// [`Program::eval_tile`] by the general evaluator: every float in f64.
     pub fn eval_general(
         &self,

@@ -1,7 +1,8 @@
 //! Streaming reductions: accumulators that fold tiles, merge with each other, and finish into
 //! numpy's result.
 //!
-//! Sums accumulate in f64 (float32 input too: wider than numpy's pairwise float32 sums),
+//! Sums accumulate in f64 (float32 programs add up to 16 values per element in float32
+//! first, see [`cascade`](super::cascade)),
 //! complex sums in complex f64, integer sums wrap in 64 bits as numpy's do. Variance uses
 //! Welford's update per element and Chan's formula to merge partial results.
 
@@ -143,6 +144,46 @@ impl Accumulator {
             (State::F(buf), ReduceFunc::Sum | ReduceFunc::Mean) => buf.as_slice_mut::<f64>().ok(),
             _ => None,
         }
+    }
+
+    /// The sums of a float Sum or Mean that start as `sums` (float32 partial sums, see
+    /// [`cascade`](super::cascade)).
+    pub fn from_f32_sums(func: ReduceFunc, sums: &[f32]) -> Result<Self> {
+        if !matches!(func, ReduceFunc::Sum | ReduceFunc::Mean) {
+            return Err(Error::internal(format!(
+                "float32 partial sums given to {}",
+                func.name()
+            )));
+        }
+        let mut buf = Buffer::for_overwrite(DType::F64, sums.len());
+        buf.as_slice_mut::<f64>()?
+            .iter_mut()
+            .zip(sums)
+            .for_each(|(o, x)| *o = *x as f64);
+        Ok(Accumulator {
+            func,
+            state: State::F(buf),
+        })
+    }
+
+    /// Adds float32 partial sums of the same elements to a float Sum or Mean.
+    pub fn add_f32_sums(&mut self, sums: &[f32]) -> Result<()> {
+        let func = self.func;
+        let Some(acc) = self.plain_sums() else {
+            return Err(Error::internal(format!(
+                "float32 partial sums given to {}",
+                func.name()
+            )));
+        };
+        if acc.len() != sums.len() {
+            return Err(Error::internal(format!(
+                "{} float32 partial sums for {} elements",
+                sums.len(),
+                acc.len()
+            )));
+        }
+        acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
+        Ok(())
     }
 
     /// True when `fold` needs tile positions (`merge` must be off in the driver).

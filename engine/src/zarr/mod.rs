@@ -87,26 +87,50 @@ fn detect_fast_encode(raw: &serde_json::Value) -> Option<ZstdParams> {
     })
 }
 
+/// A compression context: its parameters and zstd worker threads.
+type EncoderKey = (ZstdParams, u32);
+
 thread_local! {
-    static ZSTD_ENCODER: std::cell::RefCell<Option<(ZstdParams, zstd::bulk::Compressor<'static>)>> =
+    static ZSTD_ENCODER: std::cell::RefCell<Option<(EncoderKey, zstd::bulk::Compressor<'static>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// zstd-compresses `src` with `params`, reusing this thread's compression context.
-fn zstd_encode(src: &[u8], params: ZstdParams) -> std::result::Result<Vec<u8>, String> {
+/// Smallest input per zstd worker thread (zstd's own minimum job size is 512 KiB).
+const ZSTD_MIN_JOB: usize = 1 << 20;
+
+/// zstd-compresses `src` with `params`, reusing this thread's compression context. With
+/// `threads` > 1 and an input large enough, zstd's own worker threads compress parts of the
+/// one frame at once (for a lone chunk that would otherwise leave every other core idle).
+fn zstd_encode(
+    src: &[u8],
+    params: ZstdParams,
+    threads: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    use zstd::zstd_safe::CParameter;
+    let workers = threads.min(src.len() / ZSTD_MIN_JOB).max(1);
+    let workers = if workers > 1 { workers as u32 } else { 0 };
     let mut out = crate::array::pool::take(zstd::zstd_safe::compress_bound(src.len()));
     ZSTD_ENCODER.with(|cell| {
         let mut slot = cell.borrow_mut();
-        if slot.as_ref().map(|(p, _)| *p) != Some(params) {
+        let key = (params, workers);
+        if slot.as_ref().map(|(k, _)| *k) != Some(key) {
             let mut c = zstd::bulk::Compressor::new(params.level).map_err(|e| e.to_string())?;
-            c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(params.checksum))
+            c.set_parameter(CParameter::ChecksumFlag(params.checksum))
                 .map_err(|e| e.to_string())?;
-            *slot = Some((params, c));
+            c.set_parameter(CParameter::NbWorkers(workers))
+                .map_err(|e| e.to_string())?;
+            *slot = Some((key, c));
         }
         match slot.as_mut() {
-            Some((_, c)) => c
-                .compress_to_buffer(src, &mut out)
-                .map_err(|e| e.to_string()),
+            Some((_, c)) => {
+                if workers > 1 {
+                    let job = src.len().div_ceil(workers as usize);
+                    c.set_parameter(CParameter::JobSize(job as u32))
+                        .map_err(|e| e.to_string())?;
+                }
+                c.compress_to_buffer(src, &mut out)
+                    .map_err(|e| e.to_string())
+            }
             None => Err("no zstd compressor".to_string()),
         }
     })?;
@@ -836,6 +860,17 @@ impl ZarrArray {
     /// Encodes `data`, which covers exactly chunk `idx`'s region. Returns `None` when every
     /// element equals the fill value (such chunks are not stored, as zarr-python does).
     pub fn encode_chunk(&self, idx: &[u64], data: &Buffer) -> Result<Option<Vec<u8>>> {
+        self.encode_chunk_on(idx, data, 1)
+    }
+
+    /// [`encode_chunk`](Self::encode_chunk) on `threads` threads where the codec can split one
+    /// chunk's work (zstd): for a chunk no other task's work overlaps.
+    pub fn encode_chunk_on(
+        &self,
+        idx: &[u64],
+        data: &Buffer,
+        threads: usize,
+    ) -> Result<Option<Vec<u8>>> {
         let region = self.grid.chunk_region(idx);
         if data.len() as u64 != region.len() || data.dtype() != self.dtype {
             return Err(Error::internal(format!(
@@ -876,7 +911,7 @@ impl ZarrArray {
             return Ok(Some(out));
         }
         if let Some(params) = self.fast_encode {
-            return zstd_encode(bytes, params).map(Some).map_err(|e| {
+            return zstd_encode(bytes, params, threads).map(Some).map_err(|e| {
                 Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))
                     .with_array(&self.name)
                     .with_chunk_key(self.chunk_key(idx))

@@ -250,3 +250,34 @@ fn streamed_chunks_decode_to_their_rows() {
         assert!(stream.finish().is_err());
     }
 }
+
+#[test]
+fn chunks_encoded_on_several_threads_decode_exactly() {
+    // 4 MiB of float32: large enough for two zstd worker threads.
+    let s = ArraySpec {
+        shape: vec![1024, 1024],
+        chunks: vec![1024, 1024],
+        fill: None,
+        ..spec(None, 3)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
+    let arr = ZarrArray::create(store, &s).unwrap();
+    let mut b = Buffer::zeros(DType::F32, 1024 * 1024);
+    for (k, v) in b.as_slice_mut::<f32>().unwrap().iter_mut().enumerate() {
+        *v = ((k * 7919) % 10007) as f32 * 0.5 + (k / 1024) as f32;
+    }
+    let one = arr.encode_chunk_on(&[0, 0], &b, 1).unwrap().unwrap();
+    let two = arr.encode_chunk_on(&[0, 0], &b, 2).unwrap().unwrap();
+    // Different frames (zstd splits the input into jobs), the same values.
+    assert_ne!(one, two);
+    for bytes in [one, two] {
+        let back = arr
+            .decode_chunk(&[0, 0], Some(crate::store::Value::Owned(bytes)))
+            .unwrap();
+        assert_eq!(
+            back.as_slice::<f32>().unwrap(),
+            b.as_slice::<f32>().unwrap()
+        );
+    }
+}

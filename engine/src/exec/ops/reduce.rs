@@ -11,6 +11,7 @@ use crate::array::{ChunkGrid, Region};
 use crate::error::{Error, Result};
 use crate::exec::memory::Reservation;
 use crate::exec::task::{Processor, Task, TaskContext, WriteOp};
+use crate::kernels::cascade::{self, PartialSums};
 use crate::kernels::region::drive_tiles;
 use crate::kernels::Accumulator;
 use crate::optimize::fuse::Fused;
@@ -40,6 +41,9 @@ struct Merge {
 /// Partial results of one output chunk, merged in group order.
 struct OutputChunk {
     idx: Vec<u64>,
+    /// Threads to encode the chunk on: all workers when it is the stage's only output chunk
+    /// (nothing else runs while it is encoded), else one.
+    encode_threads: usize,
     merge: Mutex<Merge>,
     count: u64,
 }
@@ -56,6 +60,11 @@ struct ReduceProcessor {
     /// Made at the first fold, not when the task is built: a stage's tasks all exist at
     /// once, their accumulators should not.
     acc: Option<Accumulator>,
+    /// Float32 partial sums of a single-precision sum or mean (`cascade`), made at the first
+    /// fold.
+    partial: Option<PartialSums>,
+    /// Whether the reduction adds values in float32 partial sums first.
+    cascade: bool,
     acc_len: usize,
     acc_bytes: u64,
     shared: Arc<OutputChunk>,
@@ -88,25 +97,56 @@ impl ReduceProcessor {
     }
 }
 
+/// `slot`'s accumulator, made when it has none.
+fn accumulator_in(
+    slot: &mut Option<Accumulator>,
+    func: ReduceFunc,
+    compute: crate::array::DType,
+    len: usize,
+) -> Result<&mut Accumulator> {
+    if slot.is_none() {
+        *slot = Some(Accumulator::new(func, compute, len)?);
+    }
+    slot.as_mut()
+        .ok_or_else(|| Error::internal("reduction accumulator missing"))
+}
+
+/// The float32 partial sums of `len` elements in `slot` (made when it has none) to fold
+/// `terms` more values per element into, when they fit [`cascade::TERMS`]; flushed into `acc`
+/// first when they are full.
+fn partial_for<'a>(
+    slot: &'a mut Option<PartialSums>,
+    acc: &mut Option<Accumulator>,
+    func: ReduceFunc,
+    len: usize,
+    terms: u64,
+) -> Result<Option<&'a mut [f32]>> {
+    if terms > cascade::TERMS {
+        return Ok(None);
+    }
+    let partial = slot.get_or_insert_with(|| PartialSums::new(len));
+    if !partial.has_room_for(terms) {
+        partial.flush_into(acc, func)?;
+    }
+    partial.added(terms);
+    partial.sums_mut().map(Some)
+}
+
 impl ReduceProcessor {
+    /// The task's accumulator, made on first use.
+    fn accumulator(&mut self) -> Result<&mut Accumulator> {
+        accumulator_in(
+            &mut self.acc,
+            self.params.func,
+            self.fused.dtype(),
+            self.acc_len,
+        )
+    }
+
     /// Folds every pending piece into the accumulator. Without positions (every function
     /// but arg-reductions) the pieces are folded slab by slab along the first kept axis, all
     /// pieces per slab, so the slab of the accumulator stays in cache instead of streaming
     /// the whole accumulator through memory once per piece.
-    /// The task's accumulator, made on first use.
-    fn accumulator(&mut self) -> Result<&mut Accumulator> {
-        if self.acc.is_none() {
-            self.acc = Some(Accumulator::new(
-                self.params.func,
-                self.fused.dtype(),
-                self.acc_len,
-            )?);
-        }
-        self.acc
-            .as_mut()
-            .ok_or_else(|| Error::internal("reduction accumulator missing"))
-    }
-
     fn fold_pending(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
         let Some((first, _)) = pending.first() else {
@@ -114,12 +154,24 @@ impl ReduceProcessor {
         };
         let rank = first.rank();
         let strides = self.acc_strides(first);
-        self.accumulator()?;
-        let acc = self
-            .acc
-            .as_mut()
-            .ok_or_else(|| Error::internal("reduction accumulator missing"))?;
-        let positions = acc.needs_positions();
+        let positions = matches!(self.params.func, ReduceFunc::Argmin | ReduceFunc::Argmax);
+        // Values each element of the output takes from the pending pieces, at most.
+        let terms: u64 = pending
+            .iter()
+            .map(|(piece, _)| {
+                self.params
+                    .axes
+                    .iter()
+                    .map(|&a| piece.shape[a])
+                    .product::<u64>()
+            })
+            .sum();
+        let (func, compute, acc_len) = (self.params.func, self.fused.dtype(), self.acc_len);
+        let mut partial = match self.cascade {
+            true => partial_for(&mut self.partial, &mut self.acc, func, acc_len, terms)?,
+            false => None,
+        };
+        let acc_slot = &mut self.acc;
         let mut regs = self.fused.program.registers();
         let full_strides = c_strides(&self.fused.shape);
         let axes = &self.params.axes;
@@ -169,6 +221,15 @@ impl ReduceProcessor {
                             ..at
                         };
                         // Sums of single-precision programs add each tile straight in.
+                        if at.stride == 1 {
+                            if let Some(partial) = partial.as_deref_mut() {
+                                let sums = &mut partial[at.offset..at.offset + n];
+                                if program.eval_tile_add_f32(&mut regs, tile_leaves, n, sums)? {
+                                    return Ok(());
+                                }
+                            }
+                        }
+                        let acc = accumulator_in(acc_slot, func, compute, acc_len)?;
                         if at.stride == 1 {
                             if let Some(sums) = acc.plain_sums() {
                                 let sums = &mut sums[at.offset..at.offset + n];
@@ -228,6 +289,9 @@ impl Processor for ReduceProcessor {
     }
 
     fn finish(mut self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+        if let Some(mut partial) = self.partial.take() {
+            partial.flush_into(&mut self.acc, self.params.func)?;
+        }
         self.accumulator()?;
         let acc = self
             .acc
@@ -256,7 +320,9 @@ impl Processor for ReduceProcessor {
         };
         drop(guard);
         let values = acc.finish(self.out.dtype(), shared.count, self.params.ddof)?;
-        let encoded = self.out.encode_chunk(&shared.idx, &values)?;
+        let encoded = self
+            .out
+            .encode_chunk_on(&shared.idx, &values, shared.encode_threads)?;
         Ok(vec![WriteOp::whole(
             self.out.store().clone(),
             self.out.chunk_key(&shared.idx),
@@ -379,6 +445,11 @@ pub fn tasks(
         })
         .collect();
     let mut later: usize = chunk_pieces.iter().map(|(.., p)| p.len()).sum();
+    let output_chunks = chunk_pieces.len();
+    // Single-precision sums add values in float32 partial sums first (see `cascade`).
+    let cascade = matches!(params.func, ReduceFunc::Sum | ReduceFunc::Mean)
+        && fused.dtype() == crate::array::DType::F32
+        && fused.program.is_single_precision();
     for (idx, out_region, chunk_input, regions) in chunk_pieces {
         later -= regions.len();
         let reads: Vec<RegionRead> = regions
@@ -412,12 +483,19 @@ pub fn tasks(
         };
         let out_bytes = out_region.len() * out.dtype().size() as u64;
         let acc_len = out_region.len() as usize;
-        let acc_bytes = acc_len as u64 * Accumulator::bytes_per_element(params.func, fused.dtype());
+        let state_bytes =
+            acc_len as u64 * Accumulator::bytes_per_element(params.func, fused.dtype());
+        // The f64 accumulator and, when the sum cascades, its float32 partial sums, which the
+        // folds touch instead (the accumulator only once per flush).
+        let partial_bytes = if cascade { acc_len as u64 * 4 } else { 0 };
+        let acc_bytes = state_bytes + partial_bytes;
+        let folded_bytes = if cascade { partial_bytes } else { state_bytes };
         // Fold several pieces together when their buffers fit a share of the budget.
         let share = max_task_bytes.saturating_sub(acc_bytes + 2 * piece_read + 2 * out_bytes);
-        let fold_every = fold_count(acc_bytes, piece_bytes, share, workers);
+        let fold_every = fold_count(folded_bytes, piece_bytes, share, workers);
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
+            encode_threads: if output_chunks == 1 { workers } else { 1 },
             merge: Mutex::new(Merge {
                 groups: groups.len(),
                 next: 0,
@@ -452,6 +530,8 @@ pub fn tasks(
                     chunk_input: chunk_input.clone(),
                     group: g,
                     acc: None,
+                    partial: None,
+                    cascade,
                     acc_len,
                     acc_bytes,
                     shared: shared.clone(),
