@@ -58,14 +58,6 @@ impl PartTracker {
             Err(_) => Vec::new(),
         }
     }
-
-    /// Keys of values in the making.
-    pub fn in_progress(&self) -> Vec<String> {
-        match self.values.lock() {
-            Ok(values) => values.keys().cloned().collect(),
-            Err(_) => Vec::new(),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -79,7 +71,7 @@ mod tests {
         assert_eq!(t.written("k", 4, Some(10)), PartOutcome::Pending);
         assert_eq!(t.written("k", 3, None), PartOutcome::Pending);
         assert_eq!(t.written("k", 3, None), PartOutcome::Complete { total: 10 });
-        assert!(t.in_progress().is_empty());
+        assert!(t.abandon_all().is_empty());
         // Without the total nothing completes.
         assert_eq!(t.written("j", 5, None), PartOutcome::Pending);
         assert_eq!(t.abandon_all(), vec!["j".to_string()]);
