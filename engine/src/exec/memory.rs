@@ -218,12 +218,14 @@ pub fn configure_allocator() {
     set_allocator_thresholds(128 * 1024);
 }
 
-/// Lets allocations up to 1/64 of the budget (128 KiB to 16 MiB) reuse freed heap memory
+/// Lets allocations up to 1/16 of the budget (128 KiB to 16 MiB) reuse freed heap memory
 /// instead of being mapped, faulted in and unmapped each time: encoded chunks and codec
 /// buffers are allocated and freed at a high rate, and that churn cost a third of the CPU time
-/// of large rechunks in the kernel. What the heap may keep stays a small share of the budget.
+/// of large rechunks in the kernel (each unmap also flushes every core's TLB). A 256 MB
+/// budget so covers ERA5's 4 MB chunks. What the heap may keep stays a small share of the
+/// budget.
 pub fn scale_allocator_to_budget(max_mem: u64) {
-    let threshold = (max_mem / 64).clamp(128 * 1024, 16 << 20);
+    let threshold = (max_mem / 16).clamp(128 * 1024, 16 << 20);
     set_allocator_thresholds(threshold as i32);
 }
 
