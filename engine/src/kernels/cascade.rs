@@ -43,6 +43,16 @@ impl PartialSums {
         self.terms += terms;
     }
 
+    /// Whether no value was added since the sums were made or last flushed.
+    pub fn is_empty(&self) -> bool {
+        self.terms == 0
+    }
+
+    /// The running sums.
+    pub fn sums(&self) -> Result<&[f32]> {
+        self.sums.as_slice::<f32>()
+    }
+
     /// The running sums, to add values to.
     pub fn sums_mut(&mut self) -> Result<&mut [f32]> {
         self.sums.as_slice_mut::<f32>()

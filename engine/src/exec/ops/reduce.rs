@@ -31,11 +31,44 @@ pub struct ReduceParams {
     pub ddof: f64,
 }
 
+/// What one group of pieces hands to the merge.
+enum GroupResult {
+    /// Its accumulator.
+    Acc(Accumulator),
+    /// Its float32 partial sums, when every value it added fits them: the merge adds them
+    /// to the merged f64 sums, so the group never makes an f64 accumulator of its own (one
+    /// less 8-byte-per-element buffer to fault in, fill and merge per group).
+    Partial(PartialSums),
+}
+
 struct Merge {
     groups: usize,
     next: usize,
     merged: Option<(Accumulator, Option<Reservation>)>,
-    waiting: BTreeMap<usize, (Accumulator, Option<Reservation>)>,
+    waiting: BTreeMap<usize, (GroupResult, Option<Reservation>)>,
+}
+
+impl Merge {
+    /// Merges the waiting results that come next in group order.
+    fn merge_ready(&mut self, func: ReduceFunc) -> Result<()> {
+        while let Some((result, held)) = self.waiting.remove(&self.next) {
+            match (self.merged.as_mut(), result) {
+                (None, GroupResult::Acc(acc)) => self.merged = Some((acc, held)),
+                (None, GroupResult::Partial(mut partial)) => {
+                    let mut acc = None;
+                    partial.flush_into(&mut acc, func)?;
+                    let acc = acc.ok_or_else(|| Error::internal("empty partial sums merged"))?;
+                    self.merged = Some((acc, held));
+                }
+                (Some((merged, _)), GroupResult::Acc(acc)) => merged.merge(&acc)?,
+                (Some((merged, _)), GroupResult::Partial(partial)) => {
+                    merged.add_f32_sums(partial.sums()?)?
+                }
+            }
+            self.next += 1;
+        }
+        Ok(())
+    }
 }
 
 /// Partial results of one output chunk, merged in group order.
@@ -289,14 +322,20 @@ impl Processor for ReduceProcessor {
     }
 
     fn finish(mut self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
-        if let Some(mut partial) = self.partial.take() {
-            partial.flush_into(&mut self.acc, self.params.func)?;
-        }
-        self.accumulator()?;
-        let acc = self
-            .acc
-            .take()
-            .ok_or_else(|| Error::internal("reduction accumulator missing"))?;
+        let result = match (self.acc.is_none(), self.partial.take()) {
+            (true, Some(partial)) if !partial.is_empty() => GroupResult::Partial(partial),
+            (_, partial) => {
+                if let Some(mut partial) = partial {
+                    partial.flush_into(&mut self.acc, self.params.func)?;
+                }
+                self.accumulator()?;
+                GroupResult::Acc(
+                    self.acc
+                        .take()
+                        .ok_or_else(|| Error::internal("reduction accumulator missing"))?,
+                )
+            }
+        };
         let held = ctx.detach(self.acc_bytes);
         let shared = self.shared.clone();
         let mut guard = shared
@@ -304,14 +343,8 @@ impl Processor for ReduceProcessor {
             .lock()
             .map_err(|_| Error::internal("reduction merge lock poisoned"))?;
         let m = &mut *guard;
-        m.waiting.insert(self.group, (acc, held));
-        while let Some(entry) = m.waiting.remove(&m.next) {
-            match m.merged.as_mut() {
-                None => m.merged = Some(entry),
-                Some((merged, _)) => merged.merge(&entry.0)?,
-            }
-            m.next += 1;
-        }
+        m.waiting.insert(self.group, (result, held));
+        m.merge_ready(self.params.func)?;
         if m.next < m.groups {
             return Ok(Vec::new());
         }
@@ -546,7 +579,45 @@ pub fn tasks(
 
 #[cfg(test)]
 mod tests {
-    use super::group_sizes;
+    use super::{group_sizes, GroupResult, Merge};
+    use crate::array::DType;
+    use crate::kernels::cascade::PartialSums;
+    use crate::kernels::Accumulator;
+    use crate::plan::ReduceFunc;
+    use std::collections::BTreeMap;
+
+    /// Float32 partial sums holding `values`, one term each.
+    fn partial(values: &[f32]) -> GroupResult {
+        let mut p = PartialSums::new(values.len());
+        p.sums_mut().unwrap().copy_from_slice(values);
+        p.added(1);
+        GroupResult::Partial(p)
+    }
+
+    #[test]
+    fn partial_and_whole_group_results_merge_in_group_order() {
+        let mut acc = Accumulator::from_f32_sums(ReduceFunc::Sum, &[1e8, 0.5]).unwrap();
+        acc.add_f32_sums(&[1.0, 0.25]).unwrap();
+        let mut m = Merge {
+            groups: 3,
+            next: 0,
+            merged: None,
+            waiting: BTreeMap::new(),
+        };
+        // Group 1 finishes first and waits for group 0.
+        m.waiting.insert(1, (GroupResult::Acc(acc), None));
+        m.merge_ready(ReduceFunc::Sum).unwrap();
+        assert!(m.merged.is_none());
+        m.waiting.insert(0, (partial(&[3.0, -1.0]), None));
+        m.waiting.insert(2, (partial(&[1e-3, 2.0]), None));
+        m.merge_ready(ReduceFunc::Sum).unwrap();
+        assert_eq!(m.next, 3);
+        let (merged, _) = m.merged.take().unwrap();
+        let out = merged.finish(DType::F64, 1, 0.0).unwrap();
+        // Each partial is widened to f64 before it is added, in group order.
+        let first = 3.0f64 + (1e8f32 as f64 + 1.0) + 1e-3f32 as f64;
+        assert_eq!(out.as_slice::<f64>().unwrap(), &[first, -1.0 + 0.75 + 2.0]);
+    }
 
     #[test]
     fn groups_cover_every_piece_in_order() {
