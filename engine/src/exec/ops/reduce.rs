@@ -54,10 +54,8 @@ impl Merge {
         while let Some((result, held)) = self.waiting.remove(&self.next) {
             match (self.merged.as_mut(), result) {
                 (None, GroupResult::Acc(acc)) => self.merged = Some((acc, held)),
-                (None, GroupResult::Partial(mut partial)) => {
-                    let mut acc = None;
-                    partial.flush_into(&mut acc, func)?;
-                    let acc = acc.ok_or_else(|| Error::internal("empty partial sums merged"))?;
+                (None, GroupResult::Partial(partial)) => {
+                    let acc = Accumulator::from_f32_sums(func, partial.sums()?)?;
                     self.merged = Some((acc, held));
                 }
                 (Some((merged, _)), GroupResult::Acc(acc)) => merged.merge(&acc)?,
