@@ -82,10 +82,39 @@ def _load_rss_exec() -> Any:
     return module
 
 
+#: Bytes of memory the driver touches and frees just before every child (``--warm-mem``).
+WARM_BYTES = 2 << 30
+
+
+def warm_memory(nbytes: int) -> None:
+    """Touch ``nbytes`` of fresh memory, then free it, so the next child starts from memory the
+    host already backs. On a VM whose balloon reports free pages (Firecracker, cloud VMs), the
+    host takes back memory that stays free for ~2 s, and faulting it in again costs 1-3 s per
+    GB: without this, whichever tool runs after a small one or after a pause pays that for its
+    output, and the order of the tools would decide the comparison."""
+    if nbytes > 0:
+        block = np.ones(nbytes, dtype=np.uint8)
+        del block
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``2GiB``, ``1.5GB``, ``512MiB`` or a plain integer."""
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+    low = text.strip().lower()
+    for suffix, scale in units.items():
+        if low.endswith(suffix):
+            return int(float(low[: -len(suffix)]) * scale)
+    try:
+        return int(low.rstrip("b"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--warm-mem: cannot read {text!r} as a size") from None
+
+
 def run_child(argv: list[str], timeout: float = 3600.0) -> Proc:
     """Run one child under scripts/rss_exec.py: peak RSS is ru_maxrss of exactly that command
     (os.wait4 in a tiny launcher; measured from this process, a child's ru_maxrss would start at
-    this driver's own RSS)."""
+    this driver's own RSS). The driver warms memory first (`warm_memory`)."""
+    warm_memory(WARM_BYTES)
     m = _load_rss_exec().run_measured(argv, timeout)
     return Proc(argv, m.returncode, m.stdout, m.stderr, m.peak_rss, m.wall)
 
@@ -398,7 +427,9 @@ def write_report(
             f"Threads: {args.threads}; --max-mem {args.max_mem} for chunkfuse (and cubed's "
             f"allowed_mem); best of {args.repeat}, taken in rounds (each round runs every tool "
             "of an op, floors included, once in turn, so the host's drift during the bench "
-            "slows all of them alike). `seconds` is each tool's own timing of the "
+            "slows all of them alike; before each child the driver touches and frees "
+            f"{args.warm_mem / 2**30:.1f} GiB, so every tool starts from memory the host "
+            "already backs: see bench/README.md). `seconds` is each tool's own timing of the "
             "work (chunkfuse's `--json` seconds; peers time from after imports and open to the "
             "result written); `wall s` is the whole child process, start-up and imports "
             "included. GB/s = decoded input bytes / seconds. Ratio = seconds / chunkfuse seconds "
@@ -449,9 +480,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--max-mem", default="1GB")
+    parser.add_argument(
+        "--warm-mem",
+        default=None,
+        type=parse_size,
+        help="memory the driver touches and frees before every child, so each starts with "
+        "memory the host has backed (default 2GiB, 64MiB with --quick; 0 to disable; see "
+        "warm_memory)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (T=4, 73 x 144)")
     parser.add_argument("--skip", default="", help="comma-separated tools to skip, e.g. numpy,dask")
     args = parser.parse_args(argv)
+    global WARM_BYTES
+    if args.warm_mem is None:
+        args.warm_mem = 64 << 20 if args.quick else 2 << 30
+    WARM_BYTES = args.warm_mem
     if args.quick:
         args.time, args.lat, args.lon, args.repeat = 4, 73, 144, 1
     started = dt.datetime.now(dt.UTC)
@@ -748,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
             skip=skip,
             measure=measure,
             failures=storage_failed,
+            warm_bytes=WARM_BYTES,
         )
         report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
     print(report.read_text())

@@ -514,15 +514,18 @@ def storage_lines(
     measure: Callable[..., Any] | None = None,
     failures: list[str] | None = None,
     command: str | None = None,
+    warm_bytes: int | None = None,
 ) -> list[str]:
     """The report section: full reads and random crops of ``data_path`` from local disk, then of
     a ``s3_time``-step array of the same grid (made next to it, in ``data_dir``) from a loopback
-    S3 server (``s3_time=None``: no S3). Failed measurements go to ``failures``."""
+    S3 server (``s3_time=None``: no S3). Failed measurements go to ``failures``. ``warm_bytes``:
+    what ``measure`` warms before each child, for the report (default: bench/run.py's)."""
     if str(BENCH) not in sys.path:
         sys.path.insert(0, str(BENCH))
     import run as bench_run  # bench/run.py: measure, Row, ensure_data, warm_page_cache
 
     measure = measure or bench_run.measure
+    warm_bytes = bench_run.WARM_BYTES if warm_bytes is None else warm_bytes
     failures = failures if failures is not None else []
     binary = binary or Path(
         os.environ.get("CHUNKFUSE_BIN", REPO / "target" / "release" / "chunkfuse")
@@ -562,7 +565,9 @@ def storage_lines(
         f"TOOL OP URL`), best of {repeat}; {threads} threads for every tool (chunkfuse "
         "`threads=`, zarr `threading.max_workers`, tensorstore `data_copy_concurrency` and "
         "`file_io_concurrency`). `seconds` excludes imports and opening the array; `wall s` is the "
-        "whole child; peak RSS is that child's. Outputs are compared by sha1 with chunkfuse's "
+        "whole child; peak RSS is that child's. Before each child the driver touches and frees "
+        f"{warm_bytes / 2**30:.1f} GiB (`--warm-mem`), so every tool starts from memory "
+        "the host already backs (bench/README.md). Outputs are compared by sha1 with chunkfuse's "
         "(`check`).",
         "",
         f"Full read: the whole array `{data_path.name}`, float32 {shape}, chunks "
@@ -678,12 +683,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--skip", default="", help="comma-separated peers to skip (or s3)")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (T=4, 73 x 144)")
+    parser.add_argument(
+        "--warm-mem", default=None, help="memory touched and freed before each child (0: none)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.time, args.lat, args.lon, args.repeat, args.batches, args.s3_time = 4, 73, 144, 1, 2, 4
         args.data = Path(tempfile.gettempdir()) / "chunkfuse-bench-quick-data"
     sys.path.insert(0, str(BENCH))
+    import run as bench_run
     from run import ensure_data
+
+    default_warm = "64MiB" if args.quick else "2GiB"
+    bench_run.WARM_BYTES = bench_run.parse_size(args.warm_mem or default_warm)
 
     source, _ = ensure_data(args.data, args.time, args.lat, args.lon)
     failures: list[str] = []
