@@ -51,6 +51,16 @@ fn f64_state(len: usize, v: f64) -> Buffer {
     Buffer::filled(DType::F64, len, &v.to_ne_bytes())
 }
 
+/// `len` copies of `value`, each written here. `vec![0; len]` would come from calloc: fresh
+/// pages the accumulator first reads map the shared zero page, so the first write to each takes
+/// a second fault that copies the page and interrupts every core to flush its TLB (a quarter of
+/// a NaN-mean's time on 1 M-element groups).
+fn written<T: Clone>(value: T, len: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
+    v.resize(len, value);
+    v
+}
+
 fn init_minmax_f(max: bool) -> f64 {
     if max {
         f64::NEG_INFINITY
@@ -68,42 +78,44 @@ impl Accumulator {
         let is_max = matches!(func, Max | NanMax);
         let state = match (func, w) {
             (Sum | NanSum | Mean, Work::F) => State::F(f64_state(len, 0.0)),
-            (Sum | NanSum | Mean, Work::C) => State::C(vec![Complex64::new(0.0, 0.0); len]),
-            (Sum | NanSum | Mean, Work::I) => State::I(vec![0; len]),
-            (Sum | NanSum | Mean, Work::U) => State::U(vec![0; len]),
+            (Sum | NanSum | Mean, Work::C) => State::C(written(Complex64::new(0.0, 0.0), len)),
+            (Sum | NanSum | Mean, Work::I) => State::I(written(0, len)),
+            (Sum | NanSum | Mean, Work::U) => State::U(written(0, len)),
             (Prod, Work::F) => State::F(f64_state(len, 1.0)),
-            (Prod, Work::C) => State::C(vec![Complex64::new(1.0, 0.0); len]),
-            (Prod, Work::I) => State::I(vec![1; len]),
-            (Prod, Work::U) => State::U(vec![1; len]),
-            (NanMean, Work::F) => State::NanMeanF(vec![0.0; len], vec![0; len]),
+            (Prod, Work::C) => State::C(written(Complex64::new(1.0, 0.0), len)),
+            (Prod, Work::I) => State::I(written(1, len)),
+            (Prod, Work::U) => State::U(written(1, len)),
+            (NanMean, Work::F) => State::NanMeanF(written(0.0, len), written(0, len)),
             (NanMean, Work::C) => {
-                State::NanMeanC(vec![Complex64::new(0.0, 0.0); len], vec![0; len])
+                State::NanMeanC(written(Complex64::new(0.0, 0.0), len), written(0, len))
             }
             (NanMean, Work::I | Work::U) => State::F(f64_state(len, 0.0)),
             (Min | Max, Work::F) => State::F(f64_state(len, init_minmax_f(is_max))),
             (NanMin | NanMax, Work::F) => State::F(f64_state(len, f64::NAN)),
             (Min | Max | NanMin | NanMax, Work::I) => {
-                State::I(vec![if is_max { i64::MIN } else { i64::MAX }; len])
+                State::I(written(if is_max { i64::MIN } else { i64::MAX }, len))
             }
             (Min | Max | NanMin | NanMax, Work::U) => {
-                State::U(vec![if is_max { 0 } else { u64::MAX }; len])
+                State::U(written(if is_max { 0 } else { u64::MAX }, len))
             }
-            (Min | Max | NanMin | NanMax, Work::B) => State::B(vec![!is_max; len]),
-            (Any, Work::B) => State::B(vec![false; len]),
-            (All, Work::B) => State::B(vec![true; len]),
-            (Var | Std, Work::F) => State::Welford(vec![0.0; len], vec![0.0; len], vec![0.0; len]),
+            (Min | Max | NanMin | NanMax, Work::B) => State::B(written(!is_max, len)),
+            (Any, Work::B) => State::B(written(false, len)),
+            (All, Work::B) => State::B(written(true, len)),
+            (Var | Std, Work::F) => {
+                State::Welford(written(0.0, len), written(0.0, len), written(0.0, len))
+            }
             (Var | Std, Work::C) => State::WelfordC(
-                vec![0.0; len],
-                vec![Complex64::new(0.0, 0.0); len],
-                vec![0.0; len],
+                written(0.0, len),
+                written(Complex64::new(0.0, 0.0), len),
+                written(0.0, len),
             ),
             (Argmin | Argmax, w) if w != Work::C => {
                 let reg = match w {
-                    Work::I | Work::B => Reg::I(vec![0; len]),
-                    Work::U => Reg::U(vec![0; len]),
-                    _ => Reg::F(vec![0.0; len]),
+                    Work::I | Work::B => Reg::I(written(0, len)),
+                    Work::U => Reg::U(written(0, len)),
+                    _ => Reg::F(written(0.0, len)),
                 };
-                State::Arg(reg, vec![0; len], vec![false; len])
+                State::Arg(reg, written(0, len), written(false, len))
             }
             _ => {
                 return Err(Error::new(
