@@ -8,6 +8,9 @@
 //! accumulator. This is cascade summation, as numpy's own float32 sums are: its pairwise sum
 //! adds up to 16 values per lane in float32 before combining partial sums, and its sums along
 //! a non-contiguous axis (such as the time axis here) add every value in float32.
+//!
+//! nansum and nanmean (xarray's mean of floats) cascade the same way: NaNs add nothing, and
+//! nanmean's partial sums come with a one-byte count per element of the values they hold.
 
 use super::reduce::Accumulator;
 use crate::array::{Buffer, DType};
@@ -17,20 +20,46 @@ use crate::plan::ReduceFunc;
 /// Values per element added in float32 before the partial sums go to the f64 accumulator.
 pub const TERMS: u64 = 16;
 
+/// Whether `func` of single-precision values can add them in float32 partial sums first.
+pub fn cascades(func: ReduceFunc) -> bool {
+    use ReduceFunc::*;
+    matches!(func, Sum | Mean | NanSum | NanMean)
+}
+
+/// Whether `func`'s partial sums skip NaN values.
+pub fn skips_nan(func: ReduceFunc) -> bool {
+    matches!(func, ReduceFunc::NanSum | ReduceFunc::NanMean)
+}
+
+/// Bytes of partial sums per element for `func` (the sum, and nanmean's count).
+pub fn bytes_per_element(func: ReduceFunc) -> u64 {
+    4 + u64::from(func == ReduceFunc::NanMean)
+}
+
 /// Float32 partial sums of one output region, with the number of values each holds at most.
 #[derive(Debug)]
 pub struct PartialSums {
+    func: ReduceFunc,
     sums: Buffer,
+    /// Values each element's sum holds, for nanmean (NaNs are not counted).
+    counts: Option<Buffer>,
     terms: u64,
 }
 
 impl PartialSums {
-    /// Zeroed partial sums of `len` elements.
-    pub fn new(len: usize) -> Self {
+    /// Zeroed partial sums of `len` elements for `func` (one that [`cascades`]).
+    pub fn new(func: ReduceFunc, len: usize) -> Self {
         PartialSums {
+            func,
             sums: Buffer::zeros(DType::F32, len),
+            counts: (func == ReduceFunc::NanMean).then(|| Buffer::zeros(DType::U8, len)),
             terms: 0,
         }
+    }
+
+    /// The reduction the sums are for.
+    pub fn func(&self) -> ReduceFunc {
+        self.func
     }
 
     /// Whether the sums may take `terms` more values per element within [`TERMS`].
@@ -53,23 +82,38 @@ impl PartialSums {
         self.sums.as_slice::<f32>()
     }
 
+    /// The counts of values in each sum (nanmean only).
+    pub fn counts(&self) -> Result<Option<&[u8]>> {
+        self.counts.as_ref().map(|c| c.as_slice::<u8>()).transpose()
+    }
+
     /// The running sums, to add values to.
     pub fn sums_mut(&mut self) -> Result<&mut [f32]> {
         self.sums.as_slice_mut::<f32>()
     }
 
-    /// Adds the partial sums to `acc` (made from them when `None`; `func` is Sum or Mean) and
-    /// starts again from zero.
-    pub fn flush_into(&mut self, acc: &mut Option<Accumulator>, func: ReduceFunc) -> Result<()> {
+    /// The running sums and counts (nanmean only), to add values to.
+    pub fn parts_mut(&mut self) -> Result<(&mut [f32], Option<&mut [u8]>)> {
+        let counts = match self.counts.as_mut() {
+            Some(c) => Some(c.as_slice_mut::<u8>()?),
+            None => None,
+        };
+        Ok((self.sums.as_slice_mut::<f32>()?, counts))
+    }
+
+    /// Adds the partial sums to `acc` (made from them when `None`) and starts again from zero.
+    pub fn flush_into(&mut self, acc: &mut Option<Accumulator>) -> Result<()> {
         if self.terms == 0 {
             return Ok(());
         }
-        let sums = self.sums.as_slice_mut::<f32>()?;
         match acc {
-            Some(acc) => acc.add_f32_sums(sums)?,
-            None => *acc = Some(Accumulator::from_f32_sums(func, sums)?),
+            Some(acc) => acc.add_partial(self)?,
+            None => *acc = Some(Accumulator::from_partial(self)?),
         }
-        sums.fill(0.0);
+        self.sums.as_slice_mut::<f32>()?.fill(0.0);
+        if let Some(c) = self.counts.as_mut() {
+            c.as_slice_mut::<u8>()?.fill(0);
+        }
         self.terms = 0;
         Ok(())
     }
@@ -81,7 +125,7 @@ mod tests {
 
     #[test]
     fn flushes_add_to_the_accumulator_and_restart_from_zero() {
-        let mut partial = PartialSums::new(3);
+        let mut partial = PartialSums::new(ReduceFunc::Sum, 3);
         let mut acc = None;
         assert!(partial.has_room_for(TERMS));
         assert!(!partial.has_room_for(TERMS + 1));
@@ -91,7 +135,7 @@ mod tests {
             .copy_from_slice(&[1.5, -2.0, 1e30]);
         partial.added(2);
         assert!(!partial.has_room_for(TERMS - 1));
-        partial.flush_into(&mut acc, ReduceFunc::Sum).unwrap();
+        partial.flush_into(&mut acc).unwrap();
         assert!(partial.has_room_for(TERMS));
         assert_eq!(partial.sums_mut().unwrap(), &[0.0, 0.0, 0.0]);
         partial
@@ -99,7 +143,7 @@ mod tests {
             .unwrap()
             .copy_from_slice(&[0.25, 3.0, 1e30]);
         partial.added(1);
-        partial.flush_into(&mut acc, ReduceFunc::Sum).unwrap();
+        partial.flush_into(&mut acc).unwrap();
         let out = acc
             .unwrap()
             .finish(DType::F64, 3, 0.0)
@@ -113,10 +157,42 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_flush_leaves_no_accumulator() {
-        let mut partial = PartialSums::new(4);
+    fn nanmean_partials_carry_counts_into_the_accumulator() {
+        let mut partial = PartialSums::new(ReduceFunc::NanMean, 2);
         let mut acc = None;
-        partial.flush_into(&mut acc, ReduceFunc::Mean).unwrap();
+        let (sums, counts) = partial.parts_mut().unwrap();
+        sums.copy_from_slice(&[3.0, 0.0]);
+        counts.unwrap().copy_from_slice(&[2, 0]);
+        partial.added(2);
+        partial.flush_into(&mut acc).unwrap();
+        assert_eq!(partial.counts().unwrap().unwrap(), &[0, 0]);
+        let (sums, counts) = partial.parts_mut().unwrap();
+        sums.copy_from_slice(&[1.0, 5.0]);
+        counts.unwrap().copy_from_slice(&[1, 1]);
+        partial.added(1);
+        partial.flush_into(&mut acc).unwrap();
+        let out = acc.unwrap().finish(DType::F64, 3, 0.0).unwrap();
+        // (3 + 1) / 3 values and 5 / 1 value: NaNs neither add nor count.
+        assert_eq!(out.as_slice::<f64>().unwrap(), &[4.0 / 3.0, 5.0]);
+    }
+
+    #[test]
+    fn partials_of_another_reduction_are_refused() {
+        let mut sum = PartialSums::new(ReduceFunc::Sum, 2);
+        sum.added(1);
+        let mut acc = Accumulator::from_partial(&sum).unwrap();
+        let mut nanmean = PartialSums::new(ReduceFunc::NanMean, 2);
+        nanmean.added(1);
+        assert!(acc.add_partial(&nanmean).is_err());
+        let short = PartialSums::new(ReduceFunc::Sum, 3);
+        assert!(acc.add_partial(&short).is_err());
+    }
+
+    #[test]
+    fn an_empty_flush_leaves_no_accumulator() {
+        let mut partial = PartialSums::new(ReduceFunc::Mean, 4);
+        let mut acc = None;
+        partial.flush_into(&mut acc).unwrap();
         assert!(acc.is_none());
     }
 }

@@ -228,7 +228,7 @@ impl Fast32 {
         n: usize,
         out: &mut [f64],
     ) -> Result<()> {
-        self.dispatch::<f64, false>(scratch, leaves, n, out)
+        self.dispatch(scratch, leaves, n, Write(out))
     }
 
     /// Evaluates `n` values (n ≤ TILE) and adds them, as f64, to `sums` (a sum's fold without
@@ -240,7 +240,7 @@ impl Fast32 {
         n: usize,
         sums: &mut [f64],
     ) -> Result<()> {
-        self.dispatch::<f64, true>(scratch, leaves, n, sums)
+        self.dispatch(scratch, leaves, n, Add(sums))
     }
 
     /// Evaluates `n` values (n ≤ TILE) and adds them to the float32 running sums `sums`.
@@ -251,45 +251,58 @@ impl Fast32 {
         n: usize,
         sums: &mut [f32],
     ) -> Result<()> {
-        self.dispatch::<f32, true>(scratch, leaves, n, sums)
+        self.dispatch(scratch, leaves, n, Add(sums))
     }
 
-    /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
-    fn dispatch<T: Out, const ADD: bool>(
+    /// Evaluates `n` values (n ≤ TILE) and adds those that are not NaN to the float32 running
+    /// sums `sums`, counting them in `counts` when given (nansum, nanmean).
+    pub fn eval_add_f32_skip_nan(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
-        out: &mut [T],
+        sums: &mut [f32],
+        counts: Option<&mut [u8]>,
+    ) -> Result<()> {
+        self.dispatch(scratch, leaves, n, AddSkipNan(sums, counts))
+    }
+
+    /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
+    fn dispatch<S: Sink>(
+        &self,
+        scratch: &mut [Vec<f32>],
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        sink: S,
     ) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { self.eval_avx2::<T, ADD>(scratch, leaves, n, out) };
+            return unsafe { self.eval_avx2(scratch, leaves, n, sink) };
         }
-        self.eval_impl::<T, ADD>(scratch, leaves, n, out)
+        self.eval_impl(scratch, leaves, n, sink)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn eval_avx2<T: Out, const ADD: bool>(
+    unsafe fn eval_avx2<S: Sink>(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
-        out: &mut [T],
+        sink: S,
     ) -> Result<()> {
-        self.eval_impl::<T, ADD>(scratch, leaves, n, out)
+        self.eval_impl(scratch, leaves, n, sink)
     }
 
-    /// Evaluates `n` values into `out` (`ADD`: added to what `out` holds).
+    /// Evaluates `n` values and hands them to `sink`.
     #[inline(always)]
-    fn eval_impl<T: Out, const ADD: bool>(
+    fn eval_impl<S: Sink>(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
-        out: &mut [T],
+        sink: S,
     ) -> Result<()> {
         // Contiguous leaves are read where they lie (on the stack for short programs: this
         // runs once per tile).
@@ -346,28 +359,78 @@ impl Fast32 {
                 }
             }
         }
-        let out = &mut out[..n];
-        match (self.result, ADD) {
-            (Arg::Scalar(x), false) => out.fill(T::from(x)),
-            (Arg::Scalar(x), true) => out.iter_mut().for_each(|o| *o += T::from(x)),
-            (Arg::Step(k), false) => {
-                let r = direct[k].unwrap_or(&scratch[k][..n]);
-                out.iter_mut().zip(r).for_each(|(o, x)| *o = T::from(*x));
-            }
-            (Arg::Step(k), true) => {
-                let r = direct[k].unwrap_or(&scratch[k][..n]);
-                out.iter_mut().zip(r).for_each(|(o, x)| *o += T::from(*x));
-            }
+        match self.result {
+            Arg::Scalar(x) => sink.take(n, Err(x)),
+            Arg::Step(k) => sink.take(n, Ok(direct[k].unwrap_or(&scratch[k][..n]))),
         }
         Ok(())
     }
 }
 
-/// What a program's float32 results are written or added to: f64 (exactly) or f32.
-trait Out: Copy + From<f32> + std::ops::AddAssign {}
+/// Where a program's `n` float32 results of a tile go: `values` (n of them), or one scalar
+/// for all.
+trait Sink {
+    fn take(self, n: usize, values: std::result::Result<&[f32], f32>);
+}
 
-impl Out for f32 {}
-impl Out for f64 {}
+/// Written to a slice, exactly (f32, or f64 which holds every f32).
+struct Write<'a, T>(&'a mut [T]);
+
+/// Added to a slice's running sums.
+struct Add<'a, T>(&'a mut [T]);
+
+/// Added to float32 running sums unless NaN, and counted when counts are given.
+struct AddSkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>);
+
+impl<T: Copy + From<f32>> Sink for Write<'_, T> {
+    #[inline(always)]
+    fn take(self, n: usize, values: std::result::Result<&[f32], f32>) {
+        let out = &mut self.0[..n];
+        match values {
+            Ok(v) => out.iter_mut().zip(v).for_each(|(o, x)| *o = T::from(*x)),
+            Err(x) => out.fill(T::from(x)),
+        }
+    }
+}
+
+impl<T: Copy + From<f32> + std::ops::AddAssign> Sink for Add<'_, T> {
+    #[inline(always)]
+    fn take(self, n: usize, values: std::result::Result<&[f32], f32>) {
+        let out = &mut self.0[..n];
+        match values {
+            Ok(v) => out.iter_mut().zip(v).for_each(|(o, x)| *o += T::from(*x)),
+            Err(x) => out.iter_mut().for_each(|o| *o += T::from(x)),
+        }
+    }
+}
+
+impl Sink for AddSkipNan<'_> {
+    #[inline(always)]
+    fn take(self, n: usize, values: std::result::Result<&[f32], f32>) {
+        let sums = &mut self.0[..n];
+        // Branch-free, so the loops vectorize.
+        match (values, self.1) {
+            (Ok(v), None) => sums
+                .iter_mut()
+                .zip(v)
+                .for_each(|(s, x)| *s += if x.is_nan() { 0.0 } else { *x }),
+            (Ok(v), Some(counts)) => {
+                for ((s, c), x) in sums.iter_mut().zip(&mut counts[..n]).zip(v) {
+                    let seen = !x.is_nan();
+                    *s += if seen { *x } else { 0.0 };
+                    *c += seen as u8;
+                }
+            }
+            (Err(x), counts) if !x.is_nan() => {
+                sums.iter_mut().for_each(|s| *s += x);
+                if let Some(counts) = counts {
+                    counts[..n].iter_mut().for_each(|c| *c += 1);
+                }
+            }
+            (Err(_), _) => {}
+        }
+    }
+}
 
 /// `f` of the tile's values of `src` at `at` (contiguous, broadcast or strided), into `out`.
 #[inline(always)]
@@ -562,6 +625,22 @@ mod tests {
                 for i in 0..n {
                     let expected = ((i as f32 * 0.37 - 20.0) as f64 + want[i]) as f32;
                     prop_assert!(same(sums32[i] as f64, expected as f64), "{prog:?} f32 sum at {i}: {} vs {expected}", sums32[i]);
+                }
+                // NaN-skipping float32 sums, counted (nanmean) and not (nansum).
+                let base = |i: usize| i as f32 * 0.37 - 20.0;
+                let mut nan_sums: Vec<f32> = (0..TILE).map(base).collect();
+                let mut plain_sums = nan_sums.clone();
+                let mut counts: Vec<u8> = (0..TILE).map(|i| (i % 7) as u8).collect();
+                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut nan_sums, Some(&mut counts)).unwrap();
+                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut plain_sums, None).unwrap();
+                for i in 0..n {
+                    let (expected, count) = match want[i].is_nan() {
+                        true => (base(i), (i % 7) as u8),
+                        false => (((base(i) as f64) + want[i]) as f32, (i % 7) as u8 + 1),
+                    };
+                    prop_assert!(same(nan_sums[i] as f64, expected as f64), "{prog:?} nan sum at {i}: {} vs {expected}", nan_sums[i]);
+                    prop_assert!(same(plain_sums[i] as f64, expected as f64), "{prog:?} uncounted nan sum at {i}");
+                    prop_assert_eq!(counts[i], count, "{:?} count at {}", prog, i);
                 }
             }
         }

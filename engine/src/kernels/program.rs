@@ -170,6 +170,25 @@ impl Program {
         }
     }
 
+    /// Adds the `n` values (n ≤ TILE) that are not NaN to the float32 running sums `sums`,
+    /// counting them in `counts` when given, when the program runs in single precision;
+    /// `Ok(false)`, touching nothing, when it does not.
+    pub fn eval_tile_add_f32_skip_nan(
+        &self,
+        regs: &mut Registers,
+        leaves: &[(&Buffer, Strided)],
+        n: usize,
+        sums: &mut [f32],
+        counts: Option<&mut [u8]>,
+    ) -> Result<bool> {
+        match regs.fast32.as_mut() {
+            Some((fast, scratch)) => fast
+                .eval_add_f32_skip_nan(scratch, leaves, n, sums, counts)
+                .map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     /// Whether the program runs in single precision (float32 values throughout).
     pub fn is_single_precision(&self) -> bool {
         Fast32::compile(&self.insts).is_some()

@@ -8,6 +8,7 @@
 
 use num_complex::Complex64;
 
+use super::cascade::PartialSums;
 use super::region::TileTarget;
 use super::work::{narrow, Reg};
 use crate::array::{Buffer, DType};
@@ -59,6 +60,14 @@ fn written<T: Clone>(value: T, len: usize) -> Vec<T> {
     let mut v = Vec::with_capacity(len);
     v.resize(len, value);
     v
+}
+
+/// The error for float32 partial sums an accumulator cannot take.
+fn partial_mismatch(func: ReduceFunc, given: usize, len: usize) -> Error {
+    Error::internal(format!(
+        "float32 partial sums of {given} elements given to a {} accumulator of {len}",
+        func.name()
+    ))
 }
 
 fn init_minmax_f(max: bool) -> f64 {
@@ -158,43 +167,62 @@ impl Accumulator {
         }
     }
 
-    /// The sums of a float Sum or Mean that start as `sums` (float32 partial sums, see
-    /// [`cascade`](super::cascade)).
-    pub fn from_f32_sums(func: ReduceFunc, sums: &[f32]) -> Result<Self> {
-        if !matches!(func, ReduceFunc::Sum | ReduceFunc::Mean) {
-            return Err(Error::internal(format!(
-                "float32 partial sums given to {}",
-                func.name()
-            )));
-        }
-        let mut buf = Buffer::for_overwrite(DType::F64, sums.len());
-        buf.as_slice_mut::<f64>()?
-            .iter_mut()
-            .zip(sums)
-            .for_each(|(o, x)| *o = *x as f64);
-        Ok(Accumulator {
-            func,
-            state: State::F(buf),
-        })
+    /// The accumulator of `partial`'s reduction (Sum, Mean, NanSum or NanMean) that starts
+    /// from its float32 partial sums (see [`cascade`](super::cascade)).
+    pub fn from_partial(partial: &PartialSums) -> Result<Self> {
+        use ReduceFunc::*;
+        let func = partial.func();
+        let sums = partial.sums()?;
+        let state = match (func, partial.counts()?) {
+            (Sum | Mean | NanSum, None) => {
+                let mut buf = Buffer::for_overwrite(DType::F64, sums.len());
+                buf.as_slice_mut::<f64>()?
+                    .iter_mut()
+                    .zip(sums)
+                    .for_each(|(o, x)| *o = *x as f64);
+                State::F(buf)
+            }
+            (NanMean, Some(counts)) if counts.len() == sums.len() => State::NanMeanF(
+                sums.iter().map(|x| *x as f64).collect(),
+                counts.iter().map(|c| u64::from(*c)).collect(),
+            ),
+            _ => return Err(partial_mismatch(func, sums.len(), sums.len())),
+        };
+        Ok(Accumulator { func, state })
     }
 
-    /// Adds float32 partial sums of the same elements to a float Sum or Mean.
-    pub fn add_f32_sums(&mut self, sums: &[f32]) -> Result<()> {
-        let func = self.func;
-        let Some(acc) = self.plain_sums() else {
+    /// Adds the float32 partial sums (and nanmean's counts) of the same elements and the same
+    /// reduction.
+    pub fn add_partial(&mut self, partial: &PartialSums) -> Result<()> {
+        let sums = partial.sums()?;
+        let mismatch = |len| partial_mismatch(self.func, sums.len(), len);
+        if partial.func() != self.func {
             return Err(Error::internal(format!(
-                "float32 partial sums given to {}",
-                func.name()
-            )));
-        };
-        if acc.len() != sums.len() {
-            return Err(Error::internal(format!(
-                "{} float32 partial sums for {} elements",
-                sums.len(),
-                acc.len()
+                "float32 partial sums of {} given to {}",
+                partial.func().name(),
+                self.func.name()
             )));
         }
-        acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
+        match (&mut self.state, partial.counts()?) {
+            (State::F(buf), None) => {
+                let acc = buf.as_slice_mut::<f64>()?;
+                if acc.len() != sums.len() {
+                    return Err(mismatch(acc.len()));
+                }
+                acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
+            }
+            (State::NanMeanF(acc, count), Some(counts)) => {
+                if acc.len() != sums.len() || counts.len() != sums.len() {
+                    return Err(mismatch(acc.len()));
+                }
+                acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
+                count
+                    .iter_mut()
+                    .zip(counts)
+                    .for_each(|(o, c)| *o += u64::from(*c));
+            }
+            (_, _) => return Err(mismatch(sums.len())),
+        }
         Ok(())
     }
 

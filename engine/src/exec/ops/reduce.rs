@@ -50,17 +50,17 @@ struct Merge {
 
 impl Merge {
     /// Merges the waiting results that come next in group order.
-    fn merge_ready(&mut self, func: ReduceFunc) -> Result<()> {
+    fn merge_ready(&mut self) -> Result<()> {
         while let Some((result, held)) = self.waiting.remove(&self.next) {
             match (self.merged.as_mut(), result) {
                 (None, GroupResult::Acc(acc)) => self.merged = Some((acc, held)),
                 (None, GroupResult::Partial(partial)) => {
-                    let acc = Accumulator::from_f32_sums(func, partial.sums()?)?;
+                    let acc = Accumulator::from_partial(&partial)?;
                     self.merged = Some((acc, held));
                 }
                 (Some((merged, _)), GroupResult::Acc(acc)) => merged.merge(&acc)?,
                 (Some((merged, _)), GroupResult::Partial(partial)) => {
-                    merged.add_f32_sums(partial.sums()?)?
+                    merged.add_partial(&partial)?
                 }
             }
             self.next += 1;
@@ -142,25 +142,26 @@ fn accumulator_in(
         .ok_or_else(|| Error::internal("reduction accumulator missing"))
 }
 
-/// The float32 partial sums of `len` elements in `slot` (made when it has none) to fold
-/// `terms` more values per element into, when they fit [`cascade::TERMS`]; flushed into `acc`
-/// first when they are full.
+/// The float32 partial sums (and nanmean's counts) of `len` elements in `slot` (made when it
+/// has none) to fold `terms` more values per element into, when they fit
+/// [`cascade::TERMS`]; flushed into `acc` first when they are full.
+#[allow(clippy::type_complexity)]
 fn partial_for<'a>(
     slot: &'a mut Option<PartialSums>,
     acc: &mut Option<Accumulator>,
     func: ReduceFunc,
     len: usize,
     terms: u64,
-) -> Result<Option<&'a mut [f32]>> {
+) -> Result<Option<(&'a mut [f32], Option<&'a mut [u8]>)>> {
     if terms > cascade::TERMS {
         return Ok(None);
     }
-    let partial = slot.get_or_insert_with(|| PartialSums::new(len));
+    let partial = slot.get_or_insert_with(|| PartialSums::new(func, len));
     if !partial.has_room_for(terms) {
-        partial.flush_into(acc, func)?;
+        partial.flush_into(acc)?;
     }
     partial.added(terms);
-    partial.sums_mut().map(Some)
+    partial.parts_mut().map(Some)
 }
 
 impl ReduceProcessor {
@@ -198,6 +199,7 @@ impl ReduceProcessor {
             })
             .sum();
         let (func, compute, acc_len) = (self.params.func, self.fused.dtype(), self.acc_len);
+        let skip_nan = cascade::skips_nan(func);
         let mut partial = match self.cascade {
             true => partial_for(&mut self.partial, &mut self.acc, func, acc_len, terms)?,
             false => None,
@@ -253,9 +255,22 @@ impl ReduceProcessor {
                         };
                         // Sums of single-precision programs add each tile straight in.
                         if at.stride == 1 {
-                            if let Some(partial) = partial.as_deref_mut() {
-                                let sums = &mut partial[at.offset..at.offset + n];
-                                if program.eval_tile_add_f32(&mut regs, tile_leaves, n, sums)? {
+                            if let Some((sums, counts)) = partial.as_mut() {
+                                let range = at.offset..at.offset + n;
+                                let sums = &mut sums[range.clone()];
+                                let added = if skip_nan {
+                                    let counts = counts.as_deref_mut().map(|c| &mut c[range]);
+                                    program.eval_tile_add_f32_skip_nan(
+                                        &mut regs,
+                                        tile_leaves,
+                                        n,
+                                        sums,
+                                        counts,
+                                    )?
+                                } else {
+                                    program.eval_tile_add_f32(&mut regs, tile_leaves, n, sums)?
+                                };
+                                if added {
                                     return Ok(());
                                 }
                             }
@@ -324,7 +339,7 @@ impl Processor for ReduceProcessor {
             (true, Some(partial)) if !partial.is_empty() => GroupResult::Partial(partial),
             (_, partial) => {
                 if let Some(mut partial) = partial {
-                    partial.flush_into(&mut self.acc, self.params.func)?;
+                    partial.flush_into(&mut self.acc)?;
                 }
                 self.accumulator()?;
                 GroupResult::Acc(
@@ -342,7 +357,7 @@ impl Processor for ReduceProcessor {
             .map_err(|_| Error::internal("reduction merge lock poisoned"))?;
         let m = &mut *guard;
         m.waiting.insert(self.group, (result, held));
-        m.merge_ready(self.params.func)?;
+        m.merge_ready()?;
         if m.next < m.groups {
             return Ok(Vec::new());
         }
@@ -478,7 +493,7 @@ pub fn tasks(
     let mut later: usize = chunk_pieces.iter().map(|(.., p)| p.len()).sum();
     let output_chunks = chunk_pieces.len();
     // Single-precision sums add values in float32 partial sums first (see `cascade`).
-    let cascade = matches!(params.func, ReduceFunc::Sum | ReduceFunc::Mean)
+    let cascade = cascade::cascades(params.func)
         && fused.dtype() == crate::array::DType::F32
         && fused.program.is_single_precision();
     for (idx, out_region, chunk_input, regions) in chunk_pieces {
@@ -518,7 +533,10 @@ pub fn tasks(
             acc_len as u64 * Accumulator::bytes_per_element(params.func, fused.dtype());
         // The f64 accumulator and, when the sum cascades, its float32 partial sums, which the
         // folds touch instead (the accumulator only once per flush).
-        let partial_bytes = if cascade { acc_len as u64 * 4 } else { 0 };
+        let partial_bytes = match cascade {
+            true => acc_len as u64 * cascade::bytes_per_element(params.func),
+            false => 0,
+        };
         let acc_bytes = state_bytes + partial_bytes;
         let folded_bytes = if cascade { partial_bytes } else { state_bytes };
         // Fold several pieces together when their buffers fit a share of the budget.
@@ -586,7 +604,7 @@ mod tests {
 
     /// Float32 partial sums holding `values`, one term each.
     fn partial(values: &[f32]) -> GroupResult {
-        let mut p = PartialSums::new(values.len());
+        let mut p = PartialSums::new(ReduceFunc::Sum, values.len());
         p.sums_mut().unwrap().copy_from_slice(values);
         p.added(1);
         GroupResult::Partial(p)
@@ -594,8 +612,14 @@ mod tests {
 
     #[test]
     fn partial_and_whole_group_results_merge_in_group_order() {
-        let mut acc = Accumulator::from_f32_sums(ReduceFunc::Sum, &[1e8, 0.5]).unwrap();
-        acc.add_f32_sums(&[1.0, 0.25]).unwrap();
+        let GroupResult::Partial(first) = partial(&[1e8, 0.5]) else {
+            unreachable!()
+        };
+        let GroupResult::Partial(second) = partial(&[1.0, 0.25]) else {
+            unreachable!()
+        };
+        let mut acc = Accumulator::from_partial(&first).unwrap();
+        acc.add_partial(&second).unwrap();
         let mut m = Merge {
             groups: 3,
             next: 0,
@@ -604,11 +628,11 @@ mod tests {
         };
         // Group 1 finishes first and waits for group 0.
         m.waiting.insert(1, (GroupResult::Acc(acc), None));
-        m.merge_ready(ReduceFunc::Sum).unwrap();
+        m.merge_ready().unwrap();
         assert!(m.merged.is_none());
         m.waiting.insert(0, (partial(&[3.0, -1.0]), None));
         m.waiting.insert(2, (partial(&[1e-3, 2.0]), None));
-        m.merge_ready(ReduceFunc::Sum).unwrap();
+        m.merge_ready().unwrap();
         assert_eq!(m.next, 3);
         let (merged, _) = m.merged.take().unwrap();
         let out = merged.finish(DType::F64, 1, 0.0).unwrap();
