@@ -694,8 +694,11 @@ def main(argv: list[str] | None = None) -> int:
     import run as bench_run
     from run import ensure_data
 
-    default_warm = "64MiB" if args.quick else "2GiB"
-    bench_run.WARM_BYTES = bench_run.parse_size(args.warm_mem or default_warm)
+    bench_run.WARM_BYTES = (
+        bench_run.default_warm_bytes(args.quick)
+        if args.warm_mem is None
+        else bench_run.parse_size(args.warm_mem)
+    )
 
     source, _ = ensure_data(args.data, args.time, args.lat, args.lon)
     failures: list[str] = []

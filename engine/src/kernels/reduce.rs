@@ -62,12 +62,9 @@ fn written<T: Clone>(value: T, len: usize) -> Vec<T> {
     v
 }
 
-/// The error for float32 partial sums an accumulator cannot take.
-fn partial_mismatch(func: ReduceFunc, given: usize, len: usize) -> Error {
-    Error::internal(format!(
-        "float32 partial sums of {given} elements given to a {} accumulator of {len}",
-        func.name()
-    ))
+/// The error for float32 partial sums of `func` that an accumulator cannot take, and why.
+fn partial_mismatch(func: ReduceFunc, why: &str) -> Error {
+    Error::internal(format!("float32 partial sums of {}: {why}", func.name()))
 }
 
 fn init_minmax_f(max: bool) -> f64 {
@@ -186,7 +183,12 @@ impl Accumulator {
                 sums.iter().map(|x| *x as f64).collect(),
                 counts.iter().map(|c| u64::from(*c)).collect(),
             ),
-            _ => return Err(partial_mismatch(func, sums.len(), sums.len())),
+            _ => {
+                return Err(partial_mismatch(
+                    func,
+                    "counts missing, unexpected or of another length",
+                ))
+            }
         };
         Ok(Accumulator { func, state })
     }
@@ -195,25 +197,26 @@ impl Accumulator {
     /// reduction.
     pub fn add_partial(&mut self, partial: &PartialSums) -> Result<()> {
         let sums = partial.sums()?;
-        let mismatch = |len| partial_mismatch(self.func, sums.len(), len);
-        if partial.func() != self.func {
-            return Err(Error::internal(format!(
-                "float32 partial sums of {} given to {}",
-                partial.func().name(),
-                self.func.name()
-            )));
+        let func = self.func;
+        let length = |len: usize| {
+            let why = format!("{} elements given to an accumulator of {len}", sums.len());
+            partial_mismatch(func, &why)
+        };
+        if partial.func() != func {
+            let why = format!("given to {}", func.name());
+            return Err(partial_mismatch(partial.func(), &why));
         }
         match (&mut self.state, partial.counts()?) {
             (State::F(buf), None) => {
                 let acc = buf.as_slice_mut::<f64>()?;
                 if acc.len() != sums.len() {
-                    return Err(mismatch(acc.len()));
+                    return Err(length(acc.len()));
                 }
                 acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
             }
             (State::NanMeanF(acc, count), Some(counts)) => {
                 if acc.len() != sums.len() || counts.len() != sums.len() {
-                    return Err(mismatch(acc.len()));
+                    return Err(length(acc.len()));
                 }
                 acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
                 count
@@ -221,7 +224,7 @@ impl Accumulator {
                     .zip(counts)
                     .for_each(|(o, c)| *o += u64::from(*c));
             }
-            (_, _) => return Err(mismatch(sums.len())),
+            (_, _) => return Err(partial_mismatch(func, "the accumulator cannot take them")),
         }
         Ok(())
     }
