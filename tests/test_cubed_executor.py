@@ -252,3 +252,42 @@ def test_intermediates_the_engine_writes_are_sharded_zarr_v3(tmp_path: Path, spe
     written = zarr.open_array(store=lazy.store, path=lazy.path, mode="r")
     assert written.shards is not None and written.chunks == (128, 512)
     np.testing.assert_allclose(written[...], a + 1)
+
+
+def zarr_arrays_under(root: str) -> set[str]:
+    return {p.parent.name for p in Path(root).rglob("zarr.json") if '"array"' in p.read_text()}
+
+
+def test_create_arrays_leaves_what_the_engine_writes_or_fuses_away(
+    tmp_path: Path, spec: Any
+) -> None:
+    """Cubed's create-arrays op makes no array the engine creates itself or never writes; its
+    tasks are still reported."""
+    a = np.random.default_rng(2).random((32, 24))
+    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (8, 6)), spec=spec)
+    y = xp.mean((x + 1) * 2, axis=0)
+    events = Events()
+    executor = RustExecutor()
+    np.testing.assert_allclose(
+        y.compute(executor=executor, callbacks=[events]), np.mean((a + 1) * 2, axis=0)
+    )
+    assert executor.last_stats.python_tasks == 0
+    assert dict(events.tasks) == {k: v for k, v in events.expected.items() if v}
+    # Only the requested result was written (and created, by the engine): no structured
+    # intermediate of the mean, no elementwise intermediate.
+    assert zarr_arrays_under(spec.work_dir) == {y.name}
+
+
+def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(
+    tmp_path: Path, spec: Any
+) -> None:
+    """With a budget no engine task fits, the ops run as Cubed planned them; the arrays
+    create-arrays left for the engine are created first."""
+    a = np.random.default_rng(3).random((32, 24))
+    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (8, 6)), spec=spec)
+    executor = RustExecutor(max_mem=64)
+    got = xp.mean((x + 1) * 2, axis=0).compute(executor=executor)
+    np.testing.assert_allclose(got, np.mean((a + 1) * 2, axis=0))
+    stats = executor.last_stats
+    assert stats.engine_runs == 0 and stats.python_tasks > 0
+    assert all("do not fit" in reason for reason in stats.python_ops.values())

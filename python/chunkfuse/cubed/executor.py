@@ -15,13 +15,14 @@ import networkx as nx
 from cubed.runtime.types import Callback, DagExecutor
 from cubed.runtime.utils import handle_operation_end_callbacks, handle_operation_start_callbacks
 from cubed.spec import Spec
+from cubed.storage.zarr import LazyZarrArray
 
 import chunkfuse
 from chunkfuse import iomode
 from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
 from chunkfuse.cubed.events import TaskProgress
-from chunkfuse.cubed.python_ops import run_python_op
-from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, translate
+from chunkfuse.cubed.python_ops import create_array, create_arrays, run_python_op
+from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, op_outputs, translate
 
 log = logging.getLogger("chunkfuse.cubed")
 
@@ -137,11 +138,12 @@ class _Run:
         self.stats = stats
         self.work_dir = work_dir
         self.pending: list[tuple[str, dict[str, Any]]] = []
+        self.later = t.arrays_created_later(dag)
 
     def execute(self) -> None:
         for name, node in self.t.ops:
             if name == CREATE_ARRAYS:
-                self._python(name, node)
+                self._create_arrays(name, node)
             elif self.t.native.get(name):
                 self.pending.append((name, node))
             else:
@@ -149,6 +151,20 @@ class _Run:
                 self.stats.python_ops[name] = self.t.reasons.get(name, "")
                 self._python(name, node)
         self._flush()
+
+    def _create_arrays(self, name: str, node: dict[str, Any]) -> None:
+        """Cubed's create-arrays op, less the arrays that are made later or never needed
+        (`Translation.arrays_created_later`): creating them in zarr-python costs a few
+        milliseconds each, and the engine would replace them anyway."""
+        later = {id(self.dag.nodes[a].get("target")) for a in self.later}
+        handle_operation_start_callbacks(self.callbacks, name)
+        create_arrays(
+            name,
+            list(node["pipeline"].mappable),
+            self.callbacks,
+            skip=lambda lazy: id(lazy) in later,
+        )
+        handle_operation_end_callbacks(self.callbacks, name)
 
     def _python(self, name: str, node: dict[str, Any]) -> None:
         handle_operation_start_callbacks(self.callbacks, name)
@@ -204,6 +220,11 @@ class _Run:
 
     def _run_in_python(self, ops: list[tuple[str, dict[str, Any]]], reason: str) -> None:
         log.info("running %d ops in Python: %s", len(ops), reason)
+        for name, _ in ops:
+            for a in op_outputs(self.dag, name):
+                target = self.dag.nodes[a].get("target")
+                if a in self.later and isinstance(target, LazyZarrArray):
+                    create_array(target)
         for name, node in ops:
             n, engine_io = run_python_op(
                 name, node, self.callbacks, self.workers, self.max_mem, self.work_dir

@@ -9,7 +9,7 @@ caller as the same type, with a note naming the op and the output chunk.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -34,7 +34,7 @@ def run_python_op(
     pipeline = node["pipeline"]
     items = list(pipeline.mappable)
     if name == "create-arrays":
-        return _create_arrays(name, items, callbacks), False
+        return create_arrays(name, items, callbacks), False
     if not items:
         return 0, False
     prepared = engine_ops.prepare(node)
@@ -100,19 +100,32 @@ def _report(
     report_tasks(callbacks, name, 1, created, start, end, result)
 
 
-def _create_arrays(name: str, arrays: list[Any], callbacks: Sequence[Callback] | None) -> int:
+def create_arrays(
+    name: str,
+    arrays: list[Any],
+    callbacks: Sequence[Callback] | None,
+    skip: Callable[[Any], bool] | None = None,
+) -> int:
     """Cubed's create-arrays op, tolerant of arrays an earlier compute of the plan created.
 
+    Arrays for which `skip` is true are left for later (the engine creates what it writes);
+    their tasks are still reported, so the op's TaskEndEvents add up to its num_tasks.
     (Cubed's own `create(mode="a")` refuses an existing structured intermediate, so computing
     such a plan twice fails with its own executors.)
     """
-    from zarr.errors import ContainsArrayError, ContainsGroupError
-
     for lazy in arrays:
         created = start = time.time()
-        try:
-            lazy.create(mode="a")
-        except (ContainsArrayError, ContainsGroupError):
-            pass  # already there: written again by the op that produces it
+        if skip is None or not skip(lazy):
+            create_array(lazy)
         _report(name, callbacks, None, created, start, time.time())
     return len(arrays)
+
+
+def create_array(lazy: Any) -> None:
+    """Create one of Cubed's lazy Zarr arrays; one that exists already is kept."""
+    from zarr.errors import ContainsArrayError, ContainsGroupError
+
+    try:
+        lazy.create(mode="a")
+    except (ContainsArrayError, ContainsGroupError):
+        pass  # already there: written again by the op that produces it

@@ -79,6 +79,21 @@ class Translation:
     reasons: dict[str, str] = field(default_factory=dict)
     writes: dict[str, list[Write]] = field(default_factory=dict)  # by producing op
 
+    def arrays_created_later(self, dag: nx.MultiDiGraph) -> set[str]:
+        """Arrays Cubed's create-arrays op need not make: those the engine creates itself when
+        it writes them (a new array with codecs) and the outputs of native ops it never writes
+        (fused away). `_Run` creates them only if their ops fall back to Python."""
+        written = {w.array for ws in self.writes.values() for w in ws}
+        by_engine = {w.array for ws in self.writes.values() for w in ws if w.codec is not None}
+        fused_away = {
+            a
+            for name, _ in self.ops
+            if name != CREATE_ARRAYS and self.native.get(name)
+            for a in op_outputs(dag, name)
+            if a not in written
+        }
+        return by_engine | fused_away
+
 
 def op_outputs(dag: nx.MultiDiGraph, op: str) -> list[str]:
     """The array nodes an op writes."""
