@@ -49,6 +49,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets --workspace -- -D warnings
 	$(VENV)/bin/ruff check python tests scripts bench examples
+	$(VENV)/bin/ruff format --check python tests scripts bench examples
 
 # Cubed's visualize tests need graphviz's `dot` (a Debian package).
 graphviz:

@@ -66,17 +66,36 @@ def measure_fft(
         jobs: list[tuple[str, str, list[str], int, Path | None]] = []
         dst = work / f"{op}-chunkfuse.zarr"
         argv = [
-            str(binary), "run", str(REPO / "plans" / plan), "--param", f"source={source}",
-            "--param", f"target={dst}", "--max-mem", max_mem, "--threads", threads, "--json",
+            str(binary),
+            "run",
+            str(REPO / "plans" / plan),
+            "--param",
+            f"source={source}",
+            "--param",
+            f"target={dst}",
+            "--max-mem",
+            max_mem,
+            "--threads",
+            threads,
+            "--json",
         ]
         jobs.append((op, "chunkfuse", argv, nbytes, dst))
         outputs["chunkfuse"] = dst
         if with_dask:
             dst = work / f"{op}-dask.zarr"
             argv = [
-                sys.executable, str(PEERS), "dask", op, str(source), str(dst),
-                "--threads", threads, "--chunks", ",".join(map(str, target_chunks)),
-                "--max-mem", max_mem,
+                sys.executable,
+                str(PEERS),
+                "dask",
+                op,
+                str(source),
+                str(dst),
+                "--threads",
+                threads,
+                "--chunks",
+                ",".join(map(str, target_chunks)),
+                "--max-mem",
+                max_mem,
             ]
             jobs.append((op, "dask", argv, nbytes, dst))
             outputs["dask"] = dst

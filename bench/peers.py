@@ -184,9 +184,7 @@ def _chunkfuse_get() -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "tool", choices=["dask", "chunkfuse-dask", "numpy", "tensorstore", "cubed"]
-    )
+    parser.add_argument("tool", choices=["dask", "chunkfuse-dask", "numpy", "tensorstore", "cubed"])
     parser.add_argument("op", choices=["sum", "rechunk", "read", "fft-lat", "power-spectrum"])
     parser.add_argument("src")
     parser.add_argument("dst")

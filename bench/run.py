@@ -596,8 +596,16 @@ def main(argv: list[str] | None = None) -> int:
                 (
                     "sum",
                     "chunkfuse.dask",
-                    [py, str(PEERS), "chunkfuse-dask", "sum", str(source), str(dst),
-                     "--threads", threads],
+                    [
+                        py,
+                        str(PEERS),
+                        "chunkfuse-dask",
+                        "sum",
+                        str(source),
+                        str(dst),
+                        "--threads",
+                        threads,
+                    ],
                     nbytes,
                     dst,
                 )

@@ -45,7 +45,9 @@ def main() -> None:
         executor = RustExecutor()
         spec = cubed.Spec(work_dir=tmp, allowed_mem="1GB", executor=executor)
         ds = xr.open_zarr(
-            source, chunked_array_type="cubed", from_array_kwargs={"spec": spec},
+            source,
+            chunked_array_type="cubed",
+            from_array_kwargs={"spec": spec},
             consolidated=False,
         )
         t2m = ds.t2m.data  # a Cubed array (time, latitude, longitude)
@@ -60,22 +62,30 @@ def main() -> None:
         elapsed = time.perf_counter() - t0
         native += executor.last_stats.native_tasks
         python += executor.last_stats.python_tasks
-        print(f"rfft along latitude (length {nlat}) and back: "
-              f"max round-trip error {error:.2e} K in {elapsed:.3f} s")
+        print(
+            f"rfft along latitude (length {nlat}) and back: "
+            f"max round-trip error {error:.2e} K in {elapsed:.3f} s"
+        )
         assert error < 1e-3, error
 
         # 2. The power spectrum along time, written with xarray.
         power = xp.abs(cf.rfft(t2m, axis=0)) ** 2
         freq = np.fft.rfftfreq(t2m.shape[0], d=1.0)  # cycles per time step
         out = xr.DataArray(
-            power, dims=("frequency", "latitude", "longitude"),
+            power,
+            dims=("frequency", "latitude", "longitude"),
             coords={"frequency": freq, "latitude": ds.latitude, "longitude": ds.longitude},
             name="t2m_power",
         ).to_dataset()
         target = str(Path(tmp) / "power.zarr")
         t0 = time.perf_counter()
-        out.to_zarr(target, mode="w", zarr_format=3, consolidated=False,
-                    chunkmanager_store_kwargs={"executor": executor})
+        out.to_zarr(
+            target,
+            mode="w",
+            zarr_format=3,
+            consolidated=False,
+            chunkmanager_store_kwargs={"executor": executor},
+        )
         elapsed = time.perf_counter() - t0
         native += executor.last_stats.native_tasks
         python += executor.last_stats.python_tasks
@@ -87,8 +97,10 @@ def main() -> None:
         want = np.abs(np.fft.rfft(x, axis=0)) ** 2
         worst = float(np.abs(got - want).max() / np.abs(want).max())
         assert worst < 1e-5, worst
-        print(f"power spectrum along time {got.shape} written in {elapsed:.3f} s; "
-              f"max error relative to the peak {worst:.1e}")
+        print(
+            f"power spectrum along time {got.shape} written in {elapsed:.3f} s; "
+            f"max error relative to the peak {worst:.1e}"
+        )
         print(f"native tasks {native}, Python tasks {python}; matches numpy")
 
 

@@ -121,14 +121,27 @@ def main() -> int:
     print(f"    identical to the source: {same}\n")
 
     for plan, title, reference in [
-        ("era5-fft-lat", "mean over time of |rfft along latitude| (721 = 7 x 103)",
-         lambda: np.abs(np.fft.rfft(x, axis=1)).mean(axis=0)),
-        ("era5-power-spectrum", "power spectrum along time, |rfft(x, axis=0)|^2",
-         lambda: np.abs(np.fft.rfft(x, axis=0)) ** 2),
+        (
+            "era5-fft-lat",
+            "mean over time of |rfft along latitude| (721 = 7 x 103)",
+            lambda: np.abs(np.fft.rfft(x, axis=1)).mean(axis=0),
+        ),
+        (
+            "era5-power-spectrum",
+            "power spectrum along time, |rfft(x, axis=0)|^2",
+            lambda: np.abs(np.fft.rfft(x, axis=0)) ** 2,
+        ),
     ]:
         out = args.dir / f"{plan}.zarr"
-        s = chunkfuse("run", str(ROOT / f"plans/{plan}.json"), "--param", f"source={src}",
-                      "--param", f"target={out}", *mm)
+        s = chunkfuse(
+            "run",
+            str(ROOT / f"plans/{plan}.json"),
+            "--param",
+            f"source={src}",
+            "--param",
+            f"target={out}",
+            *mm,
+        )
         report(f"plans/{plan}.json: {title}", s)
         want = reference()
         err = float(np.abs(zarr.open_array(str(out))[:] - want).max() / np.abs(want).max())

@@ -278,9 +278,7 @@ def test_create_arrays_leaves_what_the_engine_writes_or_fuses_away(
     assert zarr_arrays_under(spec.work_dir) == {y.name}
 
 
-def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(
-    tmp_path: Path, spec: Any
-) -> None:
+def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(tmp_path: Path, spec: Any) -> None:
     """With a budget no engine task fits, the ops run as Cubed planned them; the arrays
     create-arrays left for the engine are created first."""
     a = np.random.default_rng(3).random((32, 24))

@@ -24,8 +24,9 @@ NORMS = ("backward", "ortho", "forward")
 DTYPES = ("float32", "float64", "complex64", "complex128", "int16")
 
 
-def numpy_fft(a: np.ndarray, kind: str, nd: bool, axes: list[int], lengths: list[int] | None,
-              norm: str) -> np.ndarray:
+def numpy_fft(
+    a: np.ndarray, kind: str, nd: bool, axes: list[int], lengths: list[int] | None, norm: str
+) -> np.ndarray:
     if nd:
         return getattr(np.fft, kind + "n")(a, s=lengths, axes=axes, norm=norm)
     n = None if lengths is None else lengths[0]
@@ -52,8 +53,9 @@ def sample(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
     return rng.standard_normal(shape).astype(dtype)
 
 
-def run_fft_plan(cli: Cli, source: Path, target: Path, op: dict[str, Any],
-                 max_mem: str = "64MB") -> dict[str, Any]:
+def run_fft_plan(
+    cli: Cli, source: Path, target: Path, op: dict[str, Any], max_mem: str = "64MB"
+) -> dict[str, Any]:
     plan = {
         "arrays": [{"id": "x", "zarr": str(source)}],
         "ops": [
@@ -84,21 +86,27 @@ def fft_cases(draw: st.DrawFn) -> dict[str, Any]:
     if kind == "irfft" and lengths is None and shape[axes[-1]] < 2:
         lengths = [2] * len(axes)
     return {
-        "shape": shape, "chunks": chunks, "kind": kind, "dtype": dtype, "nd": nd,
-        "axes": axes, "lengths": lengths, "norm": draw(st.sampled_from(NORMS)),
+        "shape": shape,
+        "chunks": chunks,
+        "kind": kind,
+        "dtype": dtype,
+        "nd": nd,
+        "axes": axes,
+        "lengths": lengths,
+        "norm": draw(st.sampled_from(NORMS)),
         "seed": draw(st.integers(0, 2**16)),
     }
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=fft_cases())
-def test_engine_fft_matches_numpy(cli: Cli, tmp_path_factory: pytest.TempPathFactory,
-                                  case: dict[str, Any]) -> None:
+def test_engine_fft_matches_numpy(
+    cli: Cli, tmp_path_factory: pytest.TempPathFactory, case: dict[str, Any]
+) -> None:
     tmp = tmp_path_factory.mktemp("fft")
     a = sample(np.random.default_rng(case["seed"]), case["shape"], case["dtype"])
     zarr.create_array(str(tmp / "x.zarr"), data=a, chunks=case["chunks"])
-    op: dict[str, Any] = {"kind": case["kind"] + ("n" if case["nd"] else ""),
-                          "norm": case["norm"]}
+    op: dict[str, Any] = {"kind": case["kind"] + ("n" if case["nd"] else ""), "norm": case["norm"]}
     if case["nd"]:
         op["axes"] = case["axes"]
         if case["lengths"] is not None:
@@ -121,14 +129,13 @@ def test_engine_fft_matches_numpy(cli: Cli, tmp_path_factory: pytest.TempPathFac
         ((40, 6, 7), (3, 6, 7), 0, "ifft"),  # the time axis over 14 chunks
     ],
 )
-def test_awkward_lengths_over_several_chunks(cli: Cli, tmp_path: Path, shape: tuple[int, ...],
-                                             chunks: tuple[int, ...], axis: int,
-                                             kind: str) -> None:
+def test_awkward_lengths_over_several_chunks(
+    cli: Cli, tmp_path: Path, shape: tuple[int, ...], chunks: tuple[int, ...], axis: int, kind: str
+) -> None:
     for dtype in ("float32", "float64"):
         a = sample(np.random.default_rng(3), shape, dtype)
         zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=chunks, overwrite=True)
-        run_fft_plan(cli, tmp_path / "x.zarr", tmp_path / "out.zarr",
-                     {"kind": kind, "axis": axis})
+        run_fft_plan(cli, tmp_path / "x.zarr", tmp_path / "out.zarr", {"kind": kind, "axis": axis})
         assert_fft_close(read_zarr(tmp_path / "out.zarr"), getattr(np.fft, kind)(a, axis=axis))
 
 
@@ -141,8 +148,13 @@ def test_fft_along_a_finely_split_axis_spills_a_rechunked_copy(cli: Cli, tmp_pat
         "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
         "ops": [
             {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
-            {"id": "w", "op": "write", "input": "f", "target": str(tmp_path / "out.zarr"),
-             "chunks": [-1, 15, 20]},
+            {
+                "id": "w",
+                "op": "write",
+                "input": "f",
+                "target": str(tmp_path / "out.zarr"),
+                "chunks": [-1, 15, 20],
+            },
         ],
     }
     summary = cli.run_plan(plan, max_mem="4MB")
@@ -160,12 +172,25 @@ def test_power_spectrum_regions_follow_the_write_at_any_budget(cli: Cli, tmp_pat
         "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
         "ops": [
             {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
-            {"id": "m", "op": "elementwise", "inputs": ["f"],
-             "expr": {"op": "abs", "args": [{"input": 0}]}},
-            {"id": "p", "op": "elementwise", "inputs": ["m"],
-             "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]}},
-            {"id": "w", "op": "write", "input": "p", "target": str(tmp_path / "out.zarr"),
-             "chunks": [-1, 15, 20]},
+            {
+                "id": "m",
+                "op": "elementwise",
+                "inputs": ["f"],
+                "expr": {"op": "abs", "args": [{"input": 0}]},
+            },
+            {
+                "id": "p",
+                "op": "elementwise",
+                "inputs": ["m"],
+                "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]},
+            },
+            {
+                "id": "w",
+                "op": "write",
+                "input": "p",
+                "target": str(tmp_path / "out.zarr"),
+                "chunks": [-1, 15, 20],
+            },
         ],
     }
     for max_mem in ("64MB", "4GB"):
@@ -174,8 +199,12 @@ def test_power_spectrum_regions_follow_the_write_at_any_budget(cli: Cli, tmp_pat
         assert write == ["write w (blocks of [1, 1, 1] chunks)"], summary["stages"]
         # 16 output chunks, and the copy of the time axis split for two threads.
         assert summary["tasks"] >= 16 + 4, summary
-        np.testing.assert_allclose(read_zarr(tmp_path / "out.zarr"),
-                                   np.abs(np.fft.rfft(a, axis=0)) ** 2, rtol=1e-4, atol=1e-2)
+        np.testing.assert_allclose(
+            read_zarr(tmp_path / "out.zarr"),
+            np.abs(np.fft.rfft(a, axis=0)) ** 2,
+            rtol=1e-4,
+            atol=1e-2,
+        )
 
 
 @pytest.mark.parametrize(
@@ -244,15 +273,27 @@ def stored(tmp_path: Path) -> tuple[np.ndarray, str]:
 
 CUBED_CASES = [
     ("rfft lat", lambda x: cf.rfft(x, axis=1), lambda a: np.fft.rfft(a, axis=1)),
-    ("fft time, n", lambda x: cf.fft(x, axis=0, n=16, norm="ortho"),
-     lambda a: np.fft.fft(a, axis=0, n=16, norm="ortho")),
+    (
+        "fft time, n",
+        lambda x: cf.fft(x, axis=0, n=16, norm="ortho"),
+        lambda a: np.fft.fft(a, axis=0, n=16, norm="ortho"),
+    ),
     ("ifftn", lambda x: cf.ifftn(x, axes=(1, 2)), lambda a: np.fft.ifftn(a, axes=(1, 2))),
-    ("rfftn then irfftn", lambda x: cf.irfftn(cf.rfftn(x, axes=(0, 2)), s=(12, 40), axes=(0, 2)),
-     lambda a: a),
-    ("mean |rfft|", lambda x: xp.mean(xp.abs(cf.rfft(x, axis=1)), axis=0),
-     lambda a: np.abs(np.fft.rfft(a, axis=1)).mean(axis=0)),
-    ("power spectrum", lambda x: xp.abs(cf.rfft(x, axis=0)) ** 2,
-     lambda a: np.abs(np.fft.rfft(a, axis=0)) ** 2),
+    (
+        "rfftn then irfftn",
+        lambda x: cf.irfftn(cf.rfftn(x, axes=(0, 2)), s=(12, 40), axes=(0, 2)),
+        lambda a: a,
+    ),
+    (
+        "mean |rfft|",
+        lambda x: xp.mean(xp.abs(cf.rfft(x, axis=1)), axis=0),
+        lambda a: np.abs(np.fft.rfft(a, axis=1)).mean(axis=0),
+    ),
+    (
+        "power spectrum",
+        lambda x: xp.abs(cf.rfft(x, axis=0)) ** 2,
+        lambda a: np.abs(np.fft.rfft(a, axis=0)) ** 2,
+    ),
 ]
 
 
@@ -305,6 +346,18 @@ def test_cubed_fft_bad_input(spec: cubed.Spec) -> None:
 
 
 def test_fft_helpers_are_exported() -> None:
-    assert set(cf.__all__) >= {"fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn",
-                               "irfftn", "fftfreq", "rfftfreq", "fftshift", "ifftshift"}
+    assert set(cf.__all__) >= {
+        "fft",
+        "ifft",
+        "rfft",
+        "irfft",
+        "fftn",
+        "ifftn",
+        "rfftn",
+        "irfftn",
+        "fftfreq",
+        "rfftfreq",
+        "fftshift",
+        "ifftshift",
+    }
     assert chunkfuse.engine_version()

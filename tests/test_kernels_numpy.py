@@ -971,10 +971,20 @@ def test_reduction_written_through_cast_and_squeeze(
     plan = {
         "arrays": [{"id": "x", "zarr": str(src)}],
         "ops": [
-            {"id": "r", "op": "reduce", "input": "x", "func": "mean", "axes": [0],
-             "keepdims": True},
-            {"id": "c", "op": "elementwise", "inputs": ["r"],
-             "expr": {"op": "astype", "dtype": "float32", "args": [{"input": 0}]}},
+            {
+                "id": "r",
+                "op": "reduce",
+                "input": "x",
+                "func": "mean",
+                "axes": [0],
+                "keepdims": True,
+            },
+            {
+                "id": "c",
+                "op": "elementwise",
+                "inputs": ["r"],
+                "expr": {"op": "astype", "dtype": "float32", "args": [{"input": 0}]},
+            },
             {"id": "s", "op": "slice", "input": "c", "selection": selection},
             {"id": "w", "op": "write", "input": "s", "target": str(target), "chunks": [3, 4]},
         ],

@@ -42,8 +42,12 @@ def rechunk_cases(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         shards = [c * draw(st.integers(1, 3)) for c in dst]
     return {
-        "shape": shape, "src": src, "dst": dst, "shards": shards,
-        "dtype": draw(st.sampled_from(DTYPES)), "seed": draw(st.integers(0, 2**16)),
+        "shape": shape,
+        "src": src,
+        "dst": dst,
+        "shards": shards,
+        "dtype": draw(st.sampled_from(DTYPES)),
+        "seed": draw(st.integers(0, 2**16)),
         "max_mem": draw(st.sampled_from([None, "2MB"])),
     }
 
@@ -57,8 +61,9 @@ def test_rechunk_equals_source_and_reads_back_in_zarr_python(
     a = values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"])
     source = zarr.create_array(str(tmp / "src.zarr"), data=a, chunks=case["src"])
     # The source may be given opened or as a path.
-    chunkfuse.rechunk(source, tmp / "dst.zarr", case["dst"], max_mem=case["max_mem"],
-                      shards=case["shards"])
+    chunkfuse.rechunk(
+        source, tmp / "dst.zarr", case["dst"], max_mem=case["max_mem"], shards=case["shards"]
+    )
     out = zarr.open_array(str(tmp / "dst.zarr"), mode="r")
     assert tuple(out.chunks) == case["dst"]
     if case["shards"]:
@@ -70,10 +75,13 @@ def test_rechunk_equals_source_and_reads_back_in_zarr_python(
 def test_rechunk_of_a_zarr_v2_source_with_a_mapping_and_codecs(tmp_path: Path) -> None:
     a = np.arange(40 * 30, dtype="int32").reshape(40, 30)
     zarr.create_array(str(tmp_path / "v2.zarr"), data=a, chunks=(7, 30), zarr_format=2)
-    summary = chunkfuse.rechunk(str(tmp_path / "v2.zarr"), str(tmp_path / "out.zarr"),
-                                {0: 40, 1: 5}, max_mem="64MB",
-                                codecs={"name": "blosc", "cname": "lz4", "clevel": 5,
-                                        "shuffle": "shuffle"})
+    summary = chunkfuse.rechunk(
+        str(tmp_path / "v2.zarr"),
+        str(tmp_path / "out.zarr"),
+        {0: 40, 1: 5},
+        max_mem="64MB",
+        codecs={"name": "blosc", "cname": "lz4", "clevel": 5, "shuffle": "shuffle"},
+    )
     assert summary["outputs"] == [str(tmp_path / "out.zarr")]
     out = zarr.open_array(str(tmp_path / "out.zarr"), mode="r")
     assert tuple(out.chunks) == (40, 5)
@@ -84,7 +92,7 @@ def test_rechunk_of_a_zarr_v2_source_with_a_mapping_and_codecs(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("chunks", "message"),
     [
-        ((5,), "have 1 entries but \"source\" has rank 2"),
+        ((5,), 'have 1 entries but "source" has rank 2'),
         ((5, 0), "must be positive"),
         ((-2, 5), "must be positive"),
         ({2: 5}, "axis 2 is out of range"),
@@ -131,8 +139,11 @@ def target_chunk_files(target: Path) -> list[Path]:
 
 def kill_midway(cli: Cli, args: list[str], target: Path) -> None:
     """Starts the CLI on one thread and SIGKILLs it once some target chunks exist."""
-    proc = subprocess.Popen([str(cli.binary), *args, "--threads", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(cli.binary), *args, "--threads", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -153,8 +164,19 @@ def test_killed_rechunk_leaves_whole_chunks_and_resumes(
     a, src = source
     target = tmp_path / "dst.zarr"
     work = tmp_path / "work"
-    args = ["rechunk", str(src), str(target), "--chunks", "64,16,16", "--codec", "zstd:1",
-            "--max-mem", max_mem, "--work-dir", str(work)]
+    args = [
+        "rechunk",
+        str(src),
+        str(target),
+        "--chunks",
+        "64,16,16",
+        "--codec",
+        "zstd:1",
+        "--max-mem",
+        max_mem,
+        "--work-dir",
+        str(work),
+    ]
     kill_midway(cli, args, target)
     written = target_chunk_files(target)
     assert 0 < len(written) < 256
@@ -162,8 +184,8 @@ def test_killed_rechunk_leaves_whole_chunks_and_resumes(
     arr = zarr.open_array(str(target), mode="r")
     for p in written:
         i, j, k = (int(v) for v in p.relative_to(target / "c").parts)
-        region = arr[i * 64:(i + 1) * 64, j * 16:(j + 1) * 16, k * 16:(k + 1) * 16]
-        np.testing.assert_array_equal(region, a[:, j * 16:(j + 1) * 16, k * 16:(k + 1) * 16])
+        region = arr[i * 64 : (i + 1) * 64, j * 16 : (j + 1) * 16, k * 16 : (k + 1) * 16]
+        np.testing.assert_array_equal(region, a[:, j * 16 : (j + 1) * 16, k * 16 : (k + 1) * 16])
     before = {p: p.stat().st_mtime_ns for p in written}
 
     summary = cli(*args, "--json").json()
@@ -186,10 +208,14 @@ def test_rechunk_api_resumes_a_killed_cli_job(
 ) -> None:
     a, src = source
     target = tmp_path / "dst.zarr"
-    kill_midway(cli, ["rechunk", str(src), str(target), "--chunks", "64,16,16",
-                      "--max-mem", "256MB"], target)
-    summary = chunkfuse.rechunk(src, target, (64, 16, 16), max_mem="256MB",
-                                codecs={"name": "zstd", "level": 3})
+    kill_midway(
+        cli,
+        ["rechunk", str(src), str(target), "--chunks", "64,16,16", "--max-mem", "256MB"],
+        target,
+    )
+    summary = chunkfuse.rechunk(
+        src, target, (64, 16, 16), max_mem="256MB", codecs={"name": "zstd", "level": 3}
+    )
     assert any("resumed" in s for s in summary["stages"]), summary["stages"]
     np.testing.assert_array_equal(read_zarr(target), a)
     summary = chunkfuse.rechunk(src, target, (64, 16, 16), resume=False)
@@ -202,8 +228,11 @@ def test_a_different_job_on_the_same_target_starts_over(
 ) -> None:
     a, src = source
     target = tmp_path / "dst.zarr"
-    kill_midway(cli, ["rechunk", str(src), str(target), "--chunks", "64,16,16",
-                      "--max-mem", "256MB"], target)
+    kill_midway(
+        cli,
+        ["rechunk", str(src), str(target), "--chunks", "64,16,16", "--max-mem", "256MB"],
+        target,
+    )
     summary = chunkfuse.rechunk(src, target, (32, 32, 32), max_mem="256MB")
     assert not any("resumed" in s for s in summary["stages"])
     out = zarr.open_array(str(target), mode="r")
@@ -220,8 +249,17 @@ def test_killed_streamed_rechunk_leaves_whole_chunks_and_resumes(
     a, src = source
 
     def args(target: Path) -> list[str]:
-        return ["rechunk", str(src), str(target), "--chunks", "32,64,256", "--codec", "zstd:1",
-                "--max-mem", "12MB"]
+        return [
+            "rechunk",
+            str(src),
+            str(target),
+            "--chunks",
+            "32,64,256",
+            "--codec",
+            "zstd:1",
+            "--max-mem",
+            "12MB",
+        ]
 
     probe = tmp_path / "probe.zarr"
     summary = cli(*args(probe), "--threads", "1", "--json").json()
@@ -237,8 +275,11 @@ def test_killed_streamed_rechunk_leaves_whole_chunks_and_resumes(
     arr = zarr.open_array(str(target), mode="r")
     for p in written:
         i, j, k = (int(v) for v in p.relative_to(target / "c").parts)
-        box = (slice(i * 32, (i + 1) * 32), slice(j * 64, (j + 1) * 64),
-               slice(k * 256, (k + 1) * 256))
+        box = (
+            slice(i * 32, (i + 1) * 32),
+            slice(j * 64, (j + 1) * 64),
+            slice(k * 256, (k + 1) * 256),
+        )
         np.testing.assert_array_equal(arr[box], a[box])
     summary = cli(*args(target), "--json").json()
     assert any("resumed: 1 of 2" in s for s in summary["stages"]), summary["stages"]

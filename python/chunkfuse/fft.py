@@ -157,9 +157,7 @@ def _apply(
     chunks = _whole_axis_chunks(x, block.axes, out_dtype.itemsize)
     if chunks != tuple(x.chunksize) or any(len(x.chunks[a]) > 1 for a in block.axes):
         x = x.rechunk(chunks)
-    out_chunks = tuple(
-        (shape[d],) if d in block.axes else x.chunks[d] for d in range(x.ndim)
-    )
+    out_chunks = tuple((shape[d],) if d in block.axes else x.chunks[d] for d in range(x.ndim))
     return cubed.map_blocks(block, x, dtype=out_dtype, chunks=out_chunks)
 
 
@@ -184,7 +182,11 @@ def irfft(x: Any, /, *, n: int | None = None, axis: int = -1, norm: str = "backw
 
 
 def fftn(
-    x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+    x: Any,
+    /,
+    *,
+    s: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
     norm: str = "backward",
 ) -> Any:
     """numpy.fft.fftn of a Cubed array."""
@@ -192,7 +194,11 @@ def fftn(
 
 
 def ifftn(
-    x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+    x: Any,
+    /,
+    *,
+    s: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
     norm: str = "backward",
 ) -> Any:
     """numpy.fft.ifftn of a Cubed array."""
@@ -200,7 +206,11 @@ def ifftn(
 
 
 def rfftn(
-    x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+    x: Any,
+    /,
+    *,
+    s: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
     norm: str = "backward",
 ) -> Any:
     """numpy.fft.rfftn of a Cubed array."""
@@ -208,7 +218,11 @@ def rfftn(
 
 
 def irfftn(
-    x: Any, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+    x: Any,
+    /,
+    *,
+    s: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
     norm: str = "backward",
 ) -> Any:
     """numpy.fft.irfftn of a Cubed array."""

@@ -54,11 +54,21 @@ def rechunk(
         "name": "rechunk",
         "arrays": [{"id": "source", "zarr": src}],
         "ops": [
-            {"id": "rechunked", "op": "rechunk", "input": "source",
-             "chunks": _chunk_list(chunks, src)},
-            {"id": "target", "op": "write", "input": "rechunked", "target": dst,
-             "zarr_format": zarr_format, **({"shards": list(shards)} if shards else {}),
-             **({"codec": dict(codecs)} if codecs is not None else {})},
+            {
+                "id": "rechunked",
+                "op": "rechunk",
+                "input": "source",
+                "chunks": _chunk_list(chunks, src),
+            },
+            {
+                "id": "target",
+                "op": "write",
+                "input": "rechunked",
+                "target": dst,
+                "zarr_format": zarr_format,
+                **({"shards": list(shards)} if shards else {}),
+                **({"codec": dict(codecs)} if codecs is not None else {}),
+            },
         ],
     }
     return chunkfuse.run_plan(

@@ -221,7 +221,10 @@ class IrBuilder:
         """`block` (a `chunkfuse.fft.FftBlock`) applied to the whole of `x`."""
         nid = self._fresh("fft")
         node: dict[str, Any] = {
-            "id": nid, "op": "fft", "input": x.root, "norm": block.norm,
+            "id": nid,
+            "op": "fft",
+            "input": x.root,
+            "norm": block.norm,
             "kind": block.kind + ("n" if block.nd else ""),
         }
         if block.nd:
