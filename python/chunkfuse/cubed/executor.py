@@ -171,10 +171,9 @@ class _Run:
         n, engine_io = run_python_op(
             name, node, self.callbacks, self.workers, self.max_mem, self.work_dir
         )
-        if name != CREATE_ARRAYS:
-            self.stats.python_tasks += n
-            if engine_io:
-                self.stats.engine_io_tasks += n
+        self.stats.python_tasks += n
+        if engine_io:
+            self.stats.engine_io_tasks += n
         handle_operation_end_callbacks(self.callbacks, name)
 
     def _flush(self) -> None:

@@ -33,8 +33,6 @@ def run_python_op(
     """
     pipeline = node["pipeline"]
     items = list(pipeline.mappable)
-    if name == "create-arrays":
-        return create_arrays(name, items, callbacks), False
     if not items:
         return 0, False
     prepared = engine_ops.prepare(node)
@@ -104,8 +102,8 @@ def create_arrays(
     name: str,
     arrays: list[Any],
     callbacks: Sequence[Callback] | None,
-    skip: Callable[[Any], bool] | None = None,
-) -> int:
+    skip: Callable[[Any], bool],
+) -> None:
     """Cubed's create-arrays op, tolerant of arrays an earlier compute of the plan created.
 
     Arrays for which `skip` is true are left for later (the engine creates what it writes);
@@ -115,10 +113,9 @@ def create_arrays(
     """
     for lazy in arrays:
         created = start = time.time()
-        if skip is None or not skip(lazy):
+        if not skip(lazy):
             create_array(lazy)
         _report(name, callbacks, None, created, start, time.time())
-    return len(arrays)
 
 
 def create_array(lazy: Any) -> None:
