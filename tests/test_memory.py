@@ -213,3 +213,57 @@ def test_long_one_dimensional_fft_bounded(cli: Cli, tmp_path: Path) -> None:
     out = np.asarray(open_zarr(target)[...])
     want = np.abs(np.fft.fft(values))
     assert np.allclose(out, want, rtol=1e-9, atol=1e-9 * want.max())
+
+
+@pytest.mark.parametrize(("max_mem", "bands"), [("48MB", False), ("160MB", True)])
+def test_power_spectrum_along_time_bounded(
+    cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path, max_mem: str, bands: bool
+) -> None:
+    """|rfft along time|**2 of the 200 MiB source, whose chunks hold one time step each: at
+    48 MB the bands would be too many and the input is spilled into a rechunked copy; at
+    160 MB it is held in memory in a few bands, each decoded once. Both stay in the budget."""
+    target = tmp_path / "power.zarr"
+    plan = {
+        "name": "memory-power-spectrum",
+        "arrays": [{"id": "x", "zarr": str(big_source)}],
+        "ops": [
+            {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
+            {
+                "id": "a",
+                "op": "elementwise",
+                "inputs": ["f"],
+                "expr": {"op": "abs", "args": [{"input": 0}]},
+            },
+            {
+                "id": "p",
+                "op": "elementwise",
+                "inputs": ["a"],
+                "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]},
+            },
+            {
+                "id": "out",
+                "op": "write",
+                "input": "p",
+                "target": str(target),
+                "chunks": [-1, 64, 128],
+            },
+        ],
+    }
+    result = cli("run", cli.write_plan(plan), "--max-mem", max_mem, "--json", measure_rss=True)
+    summary = result.json()
+    check_summary(summary)
+    stages = summary["stages"]
+    banded = any("band" in s for s in stages)
+    assert banded == bands, stages
+    assert any("f input" in s for s in stages) == (not bands), stages
+    limit = int(summary["max_mem"]) + baseline_rss + MARGIN
+    label = f"power spectrum at {max_mem}"
+    print(report(label, result.peak_rss, limit, baseline_rss))
+    assert result.peak_rss < limit, report(label, result.peak_rss, limit, baseline_rss)
+    out = open_zarr(target)
+    for y0 in range(0, SHAPE[1], 256):
+        values = np.concatenate(
+            [slab_values(t, t + SLAB)[:, y0 : y0 + 256] for t in range(0, SHAPE[0], SLAB)]
+        )
+        want = np.abs(np.fft.rfft(values, axis=0)) ** 2
+        np.testing.assert_allclose(out[:, y0 : y0 + 256], want, rtol=1e-4, atol=1e-3 * want.max())

@@ -30,8 +30,9 @@ pub fn open_array(url: &str, io_threads: usize) -> Result<ZarrArray> {
 /// Where the parts of one chunk go: (window index, the part of the array it copies).
 type Pieces = Vec<(usize, Region)>;
 
-/// The destination: `windows` same-shaped C-ordered boxes stacked in one buffer.
-struct Destination {
+/// The destination: `windows` same-shaped C-ordered boxes stacked in one buffer, written by
+/// many decode jobs at once, each to its own (window, chunk) intersections.
+pub(crate) struct Destination {
     ptr: *mut u8,
     len: usize,
     window_bytes: usize,
@@ -46,8 +47,26 @@ unsafe impl Send for Destination {}
 unsafe impl Sync for Destination {}
 
 impl Destination {
+    /// The destination over `out`, which holds `windows` of `window_bytes` each. It must not
+    /// outlive `out`, and its users must write disjoint parts (see the `Send`/`Sync` note).
+    pub(crate) fn over(out: &mut [u8], window_bytes: usize, windows: Vec<Region>) -> Self {
+        Destination {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            window_bytes,
+            windows,
+        }
+    }
+
     /// Copies `part` (absolute coordinates) of window `w` from `src`, a buffer over `chunk`.
-    fn copy_from(&self, w: usize, chunk: &Region, part: &Region, src: &[u8], elem: usize) {
+    pub(crate) fn copy_from(
+        &self,
+        w: usize,
+        chunk: &Region,
+        part: &Region,
+        src: &[u8],
+        elem: usize,
+    ) {
         let window = &self.windows[w];
         let base = w * self.window_bytes;
         for_each_run(chunk, window, part, elem, |so, doff, n| {
@@ -175,12 +194,7 @@ pub fn read_windows(
             })
             .collect(),
     };
-    let dest = Destination {
-        ptr: out.as_mut_ptr(),
-        len: out.len(),
-        window_bytes,
-        windows,
-    };
+    let dest = Destination::over(out, window_bytes, windows);
     let pool = decode_pool(threads)?;
     let threads = pool.current_num_threads();
     decode_all(array, &items, &dest, &pool, threads)
@@ -493,16 +507,9 @@ fn decode_one(
 /// Bytes from the start of a C-ordered chunk over `region` up to the last element any of
 /// `pieces` reads.
 fn prefix_bytes(region: &Region, pieces: &Pieces, elem: usize) -> usize {
-    let strides = crate::array::grid::c_strides(&region.shape);
     pieces
         .iter()
-        .map(|(_, part)| {
-            let rel = part.relative_to(&region.start);
-            let last: u64 = (0..part.rank())
-                .map(|d| (rel.start[d] + part.shape[d].saturating_sub(1)) * strides[d])
-                .sum();
-            (last as usize + 1) * elem
-        })
+        .map(|(_, part)| region.c_prefix_len(part) as usize * elem)
         .max()
         .unwrap_or(0)
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::array::buffer::copy_region;
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::{Error, Result, ResultExt};
+use crate::exec::bands::{BandGroup, BlockBoxes};
 use crate::exec::ops::{compute, reduce};
 use crate::exec::{resident, Budget, Progress, Scheduler};
 use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
@@ -246,6 +247,118 @@ fn stage_output(stage: &Stage) -> Option<usize> {
     }
 }
 
+/// The groups of a compute stage that reads an FFT's input in bands (see `exec::bands`),
+/// when every band fits the budget, both while it loads and beside the largest of the tasks
+/// that read it: the planned bands, or narrower ones where those do not fit. Otherwise (not
+/// even one block's band fits) the stage's tasks read their chunks themselves.
+fn banded_stage(
+    stage: &Stage,
+    arrays: &[Arc<ZarrArray>],
+    task_budget: u64,
+    batch_limit: u64,
+    workers: usize,
+) -> Result<Option<Vec<BandGroup>>> {
+    let Stage::Compute {
+        input, out, block, ..
+    } = stage
+    else {
+        return Ok(None);
+    };
+    let Some(boxes) = BlockBoxes::of(input, arrays, &arrays[*out], block) else {
+        return Ok(None);
+    };
+    let largest = compute::largest_in_bands(
+        input,
+        arrays,
+        &arrays[*out],
+        block,
+        &boxes.blocks(),
+        batch_limit,
+        workers,
+    )?;
+    let fits = |g: &BandGroup| {
+        let arr = &arrays[g.mat];
+        let bytes = g.band.len() * arr.dtype().size() as u64;
+        bytes.saturating_add(largest) <= task_budget
+            && resident::band_task_memory(arr, &g.band, batch_limit) <= task_budget
+    };
+    let mut max_len = boxes.max_len;
+    loop {
+        let groups = boxes.groups(max_len);
+        if groups.iter().all(fits) {
+            return Ok(Some(groups));
+        }
+        if max_len <= 1 {
+            return Ok(None);
+        }
+        max_len /= 2;
+    }
+}
+
+/// Runs compute stage `stage` band by band: loads each group's band, runs the group's blocks
+/// (reading the band), lets the band go. With `resumed`, blocks whose chunks of that output
+/// exist already are skipped.
+fn run_in_bands(
+    engine: &Engine,
+    stage: &Stage,
+    arrays: &Arc<Vec<Arc<ZarrArray>>>,
+    groups: Vec<BandGroup>,
+    batch_limit: u64,
+    workers: usize,
+    resumed: Option<usize>,
+) -> Result<()> {
+    let Stage::Compute {
+        input,
+        out,
+        block,
+        label,
+    } = stage
+    else {
+        return Err(Error::internal(
+            "bands of a stage that is not a compute stage",
+        ));
+    };
+    let input = Arc::new(input.clone());
+    let group_tasks = |blocks: &[Vec<u64>]| -> Result<Vec<crate::exec::Task>> {
+        let mut tasks = compute::tasks_for_blocks(
+            input.clone(),
+            arrays.clone(),
+            arrays[*out].clone(),
+            block,
+            blocks.to_vec(),
+            label,
+            batch_limit,
+            workers,
+        )?;
+        if let Some(out) = resumed {
+            skip_done(&mut tasks, &arrays[out])?;
+        }
+        Ok(tasks)
+    };
+    // One band's memory serves the next.
+    let mut spare: Option<Vec<u8>> = None;
+    for group in groups {
+        // A resumed run loads no band whose blocks are all written.
+        if resumed.is_some() && group_tasks(&group.blocks)?.is_empty() {
+            continue;
+        }
+        let (load, band) = resident::band_task(
+            arrays[group.mat].clone(),
+            group.band,
+            batch_limit,
+            spare.take(),
+        )?;
+        engine.progress.add_tasks(1);
+        engine.scheduler.run(vec![load])?;
+        // Planned once the band is held, the blocks read it instead of its chunks.
+        let tasks = group_tasks(&group.blocks)?;
+        engine.progress.add_tasks(tasks.len() as u64);
+        engine.scheduler.run(tasks)?;
+        spare = band.release();
+    }
+    Ok(())
+}
+
 /// Drops the tasks whose output chunks all exist already and tells the others which of theirs
 /// do; returns how many it dropped.
 fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usize> {
@@ -436,6 +549,10 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     // created on disk.
     let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
     for stage in &physical.stages {
+        // A stage read in bands was checked against the budget band by band.
+        if banded_stage(stage, &stand_ins, task_budget, batch_limit, workers)?.is_some() {
+            continue;
+        }
         let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share, workers)?;
         engine.check_fits(&tasks)?;
     }
@@ -490,14 +607,37 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
             engine.scheduler.run(load)?;
             (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
         }
-        if let Some(out) = stage_output(stage).filter(|&o| resumed[o]) {
-            let total = tasks.len();
-            let done = skip_done(&mut tasks, &arrays[out])?;
-            name = format!("{name} (resumed: {done} of {total} tasks were done)");
-        }
-        stage_names.push(name);
-        progress.add_tasks(tasks.len() as u64);
-        if let Err(e) = engine.scheduler.run(tasks) {
+        let resumed_out = stage_output(stage).filter(|&o| resumed[o]);
+        let banded = banded_stage(stage, &arrays, task_budget, batch_limit, workers)?;
+        let result = match banded {
+            Some(groups) => {
+                stage_names.push(format!(
+                    "{name} (in {} band{})",
+                    groups.len(),
+                    if groups.len() == 1 { "" } else { "s" }
+                ));
+                run_in_bands(
+                    &engine,
+                    stage,
+                    &arrays,
+                    groups,
+                    batch_limit,
+                    workers,
+                    resumed_out,
+                )
+            }
+            None => {
+                if let Some(out) = resumed_out {
+                    let total = tasks.len();
+                    let done = skip_done(&mut tasks, &arrays[out])?;
+                    name = format!("{name} (resumed: {done} of {total} tasks were done)");
+                }
+                stage_names.push(name);
+                progress.add_tasks(tasks.len() as u64);
+                engine.scheduler.run(tasks)
+            }
+        };
+        if let Err(e) = result {
             // Chunks streamed in parts that did not finish never appear.
             if let Some(out) = stage_output(stage) {
                 arrays[out].store().discard_parts();

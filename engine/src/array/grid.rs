@@ -61,6 +61,20 @@ impl Region {
         (0..self.rank()).all(|d| other.start[d] >= self.start[d] && other.end(d) <= self.end(d))
     }
 
+    /// Elements from the start of a C-ordered buffer over this region up to and including the
+    /// last element of `part` (which must lie inside it): how much of the buffer must be
+    /// decoded to reach all of `part`. 0 for an empty part.
+    pub fn c_prefix_len(&self, part: &Region) -> u64 {
+        if part.is_empty() {
+            return 0;
+        }
+        let strides = c_strides(&self.shape);
+        (0..self.rank())
+            .map(|d| (part.end(d) - 1 - self.start[d]) * strides[d])
+            .sum::<u64>()
+            + 1
+    }
+
     /// This region expressed relative to `origin` (which must not lie after it).
     pub fn relative_to(&self, origin: &[u64]) -> Region {
         Region {
@@ -327,6 +341,32 @@ pub fn indices_in(shape: &[u64]) -> Vec<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefix_reaches_the_last_element_of_the_part() {
+        // A (1, 6, 5) chunk at time 3: rows 0..2 end at element 10; rows 2..4, column 1..3
+        // end at row 3, column 2: element 18.
+        let chunk = Region {
+            start: vec![3, 0, 0],
+            shape: vec![1, 6, 5],
+        };
+        let rows = Region {
+            start: vec![3, 0, 0],
+            shape: vec![1, 2, 5],
+        };
+        assert_eq!(chunk.c_prefix_len(&rows), 10);
+        let window = Region {
+            start: vec![3, 2, 1],
+            shape: vec![1, 2, 2],
+        };
+        assert_eq!(chunk.c_prefix_len(&window), 18);
+        assert_eq!(chunk.c_prefix_len(&chunk), 30);
+        let empty = Region {
+            start: vec![3, 0, 0],
+            shape: vec![1, 0, 5],
+        };
+        assert_eq!(chunk.c_prefix_len(&empty), 0);
+    }
 
     #[test]
     fn regular_axis_has_short_last_chunk() {

@@ -1,5 +1,6 @@
 //! Execution: the scheduler, the memory budget, tasks, progress and cancellation.
 
+pub mod bands;
 pub mod cpu_cache;
 pub mod memory;
 pub mod ops;

@@ -16,6 +16,7 @@ use crate::array::buffer::copy_region;
 use crate::array::{Buffer, Region};
 use crate::error::{Error, Result};
 use crate::optimize::fuse::Fused;
+use crate::read::Destination;
 use crate::store::{ReadRequest, Value};
 use crate::zarr::ZarrArray;
 
@@ -184,6 +185,197 @@ impl Processor for LoadProcessor {
                 .push(r);
         }
         self.arr.set_resident(Some(Arc::new(values)));
+        Ok(Vec::new())
+    }
+}
+
+/// A band of one array held in memory for a stage's FFT tasks (see
+/// [`FftBand`](crate::optimize::fuse::FftBand)); dropping this releases it and its budget.
+pub struct SharedBand {
+    arr: Arc<ZarrArray>,
+    held: Arc<Mutex<Vec<Reservation>>>,
+}
+
+impl SharedBand {
+    /// Lets the band go, handing back its memory for the next band when no reader holds it
+    /// any more.
+    pub fn release(self) -> Option<Vec<u8>> {
+        let band = self.arr.resident_band();
+        self.arr.set_resident_band(None);
+        drop(self);
+        band.and_then(|(_, values)| Arc::try_unwrap(values).ok())
+            .map(Buffer::into_bytes)
+    }
+}
+
+impl Drop for SharedBand {
+    fn drop(&mut self) {
+        self.arr.set_resident_band(None);
+        if let Ok(mut held) = self.held.lock() {
+            held.clear();
+        }
+    }
+}
+
+/// Bytes the task that loads `band` of `arr` (see [`band_task`]) holds: the band, and two
+/// batches of about `batch_bytes` of chunks (one read ahead) read and decoded.
+pub fn band_task_memory(arr: &ZarrArray, band: &Region, batch_bytes: u64) -> u64 {
+    let grid = arr.read_grid();
+    let itemsize = arr.dtype().size() as u64;
+    let largest = grid
+        .chunks_overlapping(band)
+        .iter()
+        .map(|c| grid.chunk_region(c).len() * itemsize)
+        .max()
+        .unwrap_or(0);
+    let per_batch = (batch_bytes / largest.max(1)).max(1);
+    band.len() * itemsize + 4 * per_batch * largest
+}
+
+/// The task that loads `band` of `arr` (reads in batches of about `batch_bytes`, each chunk
+/// decoded only as far as the band reaches in it where the codec allows), and the handle that
+/// holds it once the task has run. The band's values go into `spare` (a previous band's
+/// memory) when it is large enough.
+pub fn band_task(
+    arr: Arc<ZarrArray>,
+    band: Region,
+    batch_bytes: u64,
+    spare: Option<Vec<u8>>,
+) -> Result<(Task, SharedBand)> {
+    let held: Arc<Mutex<Vec<Reservation>>> = Arc::default();
+    let grid = arr.read_grid();
+    let chunks = grid.chunks_overlapping(&band);
+    let itemsize = arr.dtype().size() as u64;
+    let chunk_bytes = |c: &Vec<u64>| grid.chunk_region(c).len() * itemsize;
+    let largest = chunks.iter().map(chunk_bytes).max().unwrap_or(0);
+    let per_batch = (batch_bytes / largest.max(1)).max(1) as usize;
+    let groups: Vec<Vec<Vec<u64>>> = chunks.chunks(per_batch).map(|g| g.to_vec()).collect();
+    let batches = groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|c| {
+                    Ok(ReadOp {
+                        store: arr.store().clone(),
+                        req: arr.read_request(c)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let memory = band_task_memory(&arr, &band, batch_bytes);
+    let band_bytes = (band.len() * itemsize) as usize;
+    let values = spare
+        .filter(|v| v.capacity() >= band_bytes)
+        .map(|mut v| {
+            v.resize(band_bytes, 0);
+            Buffer::from_bytes(arr.dtype(), v)
+        })
+        .transpose()?;
+    let task = Task {
+        label: format!("loading {:?} of {} for its FFT", band, arr.url()),
+        memory,
+        batches,
+        outputs: Vec::new(),
+        processor: Box::new(BandProcessor {
+            arr: arr.clone(),
+            band,
+            groups,
+            values,
+            held: held.clone(),
+        }),
+    };
+    Ok((task, SharedBand { arr, held }))
+}
+
+struct BandProcessor {
+    arr: Arc<ZarrArray>,
+    band: Region,
+    groups: Vec<Vec<Vec<u64>>>,
+    values: Option<Buffer>,
+    held: Arc<Mutex<Vec<Reservation>>>,
+}
+
+/// The decoded values of read unit `idx` of `arr` over `region`, at least as far (in C
+/// order) as `part` reaches: only that prefix when the codec allows and it saves enough.
+fn decode_to_part(
+    arr: &ZarrArray,
+    idx: &[u64],
+    region: &Region,
+    part: &Region,
+    bytes: Option<Value>,
+) -> Result<Vec<u8>> {
+    let elem = arr.dtype().size();
+    let prefix = region.c_prefix_len(part) as usize * elem;
+    let whole = region.len() as usize * elem;
+    let own_grid = std::ptr::eq(arr.read_grid(), arr.grid());
+    match bytes {
+        Some(b) if own_grid && prefix * 10 < whole * 9 && arr.prefix_decodable(idx) => {
+            let out = arr.decode_chunk_prefix(idx, &b, prefix);
+            b.recycle();
+            out
+        }
+        bytes => Ok(arr.decode_read(idx, bytes)?.into_bytes()),
+    }
+}
+
+impl Processor for BandProcessor {
+    fn process(
+        &mut self,
+        batch: usize,
+        data: Vec<Option<Value>>,
+        ctx: &mut TaskContext,
+    ) -> Result<Vec<WriteOp>> {
+        let arr = &self.arr;
+        let band = &self.band;
+        let grid = arr.read_grid();
+        let chunks = &self.groups[batch];
+        let elem = arr.dtype().size();
+        let values = self
+            .values
+            .get_or_insert_with(|| Buffer::for_overwrite(arr.dtype(), band.len() as usize));
+        let band_bytes = values.bytes().len();
+        let dest = Destination::over(values.bytes_mut(), band_bytes, vec![band.clone()]);
+        // Each chunk is decoded and copied into its own part of the band by one job.
+        let decoded: Vec<Result<u64>> = data
+            .into_par_iter()
+            .zip(chunks.par_iter())
+            .map(|(bytes, idx)| {
+                let region = grid.chunk_region(idx);
+                let part = region
+                    .intersect(band)
+                    .ok_or_else(|| Error::internal("band chunk outside the band"))?;
+                let values = decode_to_part(arr, idx, &region, &part, bytes)?;
+                dest.copy_from(0, &region, &part, &values, elem);
+                let n = values.len() as u64;
+                crate::array::pool::give(values);
+                Ok(n)
+            })
+            .collect();
+        for n in decoded {
+            ctx.add_decoded(n?);
+        }
+        Ok(Vec::new())
+    }
+
+    fn finish(self: Box<Self>, ctx: &mut TaskContext) -> Result<Vec<WriteOp>> {
+        let bytes = self.band.len() * self.arr.dtype().size() as u64;
+        let values = match self.values {
+            Some(v) => v,
+            None => Buffer::filled(
+                self.arr.dtype(),
+                self.band.len() as usize,
+                self.arr.fill_bytes(),
+            ),
+        };
+        if let Some(r) = ctx.detach(bytes) {
+            self.held
+                .lock()
+                .map_err(|_| Error::internal("shared band lock poisoned"))?
+                .push(r);
+        }
+        self.arr
+            .set_resident_band(Some((self.band, Arc::new(values))));
         Ok(Vec::new())
     }
 }

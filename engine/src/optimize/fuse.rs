@@ -25,6 +25,20 @@ pub struct LeafFft {
     pub compute: DType,
     /// Shape of the transformed values.
     pub shape: Vec<u64>,
+    /// When set, the stages that consume the transform hold its input in memory band by
+    /// band (each band decoded once) instead of every task reading the chunks it needs.
+    pub band: Option<FftBand>,
+}
+
+/// Bands of an FFT's input held in memory in turn: slabs along `axis` (whole along every other
+/// axis) of at most `max_len` values along it. Tasks whose regions need the same input chunks
+/// then read them from the band instead of each decoding them again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FftBand {
+    /// The axis of the material the bands split (never a transformed axis).
+    pub axis: usize,
+    /// The most values along `axis` one band holds.
+    pub max_len: u64,
 }
 
 /// A view of a materialized array (or of its FFT).

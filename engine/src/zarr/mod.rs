@@ -43,6 +43,8 @@ pub struct ZarrArray {
     fast_encode: Option<ZstdParams>,
     /// Every value of the array, decoded, while a stage shares it among its tasks.
     resident: std::sync::Mutex<Option<Arc<Buffer>>>,
+    /// The values of one region (a band), decoded, while a stage's FFT tasks read it.
+    band: std::sync::Mutex<Option<(Region, Arc<Buffer>)>>,
     /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone,
     /// and the grid of those inner chunks.
     shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
@@ -381,6 +383,7 @@ impl ZarrArray {
             fast,
             fast_encode,
             resident: std::sync::Mutex::new(None),
+            band: std::sync::Mutex::new(None),
             shard,
             inner_reads: false,
             shard_indexes: std::sync::Mutex::new(HashMap::new()),
@@ -621,6 +624,19 @@ impl ZarrArray {
     pub fn set_resident(&self, values: Option<Arc<Buffer>>) {
         if let Ok(mut r) = self.resident.lock() {
             *r = values;
+        }
+    }
+
+    /// The band of the array held in memory for the running stage (its region, and its
+    /// values in C order over it), if any (see `exec::resident`).
+    pub fn resident_band(&self) -> Option<(Region, Arc<Buffer>)> {
+        self.band.lock().ok().and_then(|b| b.clone())
+    }
+
+    /// Holds a band of the array in memory for its readers, or with `None` lets it go.
+    pub fn set_resident_band(&self, band: Option<(Region, Arc<Buffer>)>) {
+        if let Ok(mut b) = self.band.lock() {
+            *b = band;
         }
     }
 

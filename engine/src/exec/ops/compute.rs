@@ -195,6 +195,101 @@ impl Processor for ComputeProcessor {
     }
 }
 
+/// How one block's task reads, encodes and what it holds.
+struct BlockPlan {
+    /// Read batches, then one empty batch per encode batch.
+    batches: Vec<Vec<ReadOp>>,
+    /// Batches that carry reads.
+    read_batches: usize,
+    /// Output chunks encoded per encode batch.
+    per_encode: usize,
+    /// Bytes the task holds.
+    memory: u64,
+    /// Whether decoded chunks are kept whole (a plain copy).
+    keep_chunks: bool,
+}
+
+impl BlockPlan {
+    /// The plan of the block over `region` (`n_chunks` output chunks) reading `read`.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        fused: &Fused,
+        arrays: &[Arc<ZarrArray>],
+        out: &ZarrArray,
+        read: &RegionRead,
+        region: &Region,
+        n_chunks: usize,
+        batch_limit_bytes: u64,
+        threads: usize,
+    ) -> Result<Self> {
+        let ops: Vec<ReadOp> = read.read_ops(arrays)?;
+        let per_chunk = (read.chunk_bytes(arrays) / ops.len().max(1) as u64).max(1);
+        let per_batch = (batch_limit_bytes / per_chunk).max(1) as usize;
+        let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
+        let read_batches = batches.len();
+        // Encoding is split in batches of a few chunks per thread so writes overlap it.
+        let per_encode = crate::optimize::stages::chunks_per_encode(threads);
+        batches.extend((0..n_chunks.div_ceil(per_encode)).map(|_| Vec::new()));
+        let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
+        let out_bytes = region.len() * out.dtype().size() as u64;
+        let plain = fused.plain_leaf(out.dtype()).is_some();
+        let chunk_bytes =
+            out.grid().chunk_shape().iter().product::<u64>() * out.dtype().size() as u64;
+        // A plain copy keeps whole decoded chunks, which may reach past the block.
+        let keep_chunks = plain && fused.leaves.len() == 1;
+        let leaf_bytes = if keep_chunks {
+            read.chunk_bytes(arrays).max(read.leaf_bytes(arrays))
+        } else {
+            read.leaf_bytes(arrays)
+        };
+        let memory = crate::optimize::stages::compute_task_bytes(
+            leaf_bytes,
+            out_bytes,
+            plain,
+            batch_bytes,
+            crate::optimize::stages::encoded_in_flight(out_bytes, chunk_bytes, threads),
+        );
+        Ok(BlockPlan {
+            batches,
+            read_batches,
+            per_encode,
+            memory,
+            keep_chunks,
+        })
+    }
+}
+
+/// The most memory the task of one of `blocks` holds once the bands its FFT leaves are read in
+/// are held (see `exec::bands`): what a banded stage needs beside its band.
+#[allow(clippy::too_many_arguments)]
+pub fn largest_in_bands(
+    fused: &Fused,
+    arrays: &[Arc<ZarrArray>],
+    out: &ZarrArray,
+    block: &[u64],
+    blocks: &[Vec<u64>],
+    batch_limit_bytes: u64,
+    threads: usize,
+) -> Result<u64> {
+    let mut largest = 0;
+    for b in blocks {
+        let (chunks, region) = block_region(out.grid(), block, b);
+        let read = RegionRead::plan(fused, arrays, &region).assuming_bands_held();
+        let plan = BlockPlan::new(
+            fused,
+            arrays,
+            out,
+            &read,
+            &region,
+            chunks.len(),
+            batch_limit_bytes,
+            threads.max(1),
+        )?;
+        largest = largest.max(plan.memory);
+    }
+    Ok(largest)
+}
+
 /// The tasks of a compute stage run by `threads` compute threads (the planner's count: their
 /// projected memory must match its).
 pub fn tasks(
@@ -206,40 +301,55 @@ pub fn tasks(
     batch_limit_bytes: u64,
     threads: usize,
 ) -> Result<Vec<Task>> {
-    let threads = threads.max(1);
     let blocks = indices_in(&block_grid(out.grid(), block));
+    tasks_for_blocks(
+        fused,
+        arrays,
+        out,
+        block,
+        blocks,
+        label,
+        batch_limit_bytes,
+        threads,
+    )
+}
+
+/// The tasks of blocks `blocks` (indices in the grid of `block` output chunks per axis) of a
+/// compute stage (see [`tasks`]).
+#[allow(clippy::too_many_arguments)]
+pub fn tasks_for_blocks(
+    fused: Arc<Fused>,
+    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    out: Arc<ZarrArray>,
+    block: &[u64],
+    blocks: Vec<Vec<u64>>,
+    label: &str,
+    batch_limit_bytes: u64,
+    threads: usize,
+) -> Result<Vec<Task>> {
+    let threads = threads.max(1);
     blocks
         .into_iter()
         .map(|b| {
             let (chunks, region) = block_region(out.grid(), block, &b);
             let read = RegionRead::plan(&fused, &arrays, &region);
-            let ops: Vec<ReadOp> = read.read_ops(&arrays)?;
-            let per_chunk = (read.chunk_bytes(&arrays) / ops.len().max(1) as u64).max(1);
-            let per_batch = (batch_limit_bytes / per_chunk).max(1) as usize;
-            let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
-            let read_batches = batches.len();
-            // Encoding is split in batches of a few chunks per thread so writes overlap it.
-            let per_encode = crate::optimize::stages::chunks_per_encode(threads);
-            batches.extend((0..chunks.len().div_ceil(per_encode)).map(|_| Vec::new()));
-            let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
-            let out_bytes = region.len() * out.dtype().size() as u64;
-            let plain = fused.plain_leaf(out.dtype()).is_some();
-            let chunk_bytes =
-                out.grid().chunk_shape().iter().product::<u64>() * out.dtype().size() as u64;
-            // A plain copy keeps whole decoded chunks, which may reach past the block.
-            let keep_chunks = plain && fused.leaves.len() == 1;
-            let leaf_bytes = if keep_chunks {
-                read.chunk_bytes(&arrays).max(read.leaf_bytes(&arrays))
-            } else {
-                read.leaf_bytes(&arrays)
-            };
-            let memory = crate::optimize::stages::compute_task_bytes(
-                leaf_bytes,
-                out_bytes,
-                plain,
-                batch_bytes,
-                crate::optimize::stages::encoded_in_flight(out_bytes, chunk_bytes, threads),
-            );
+            let plan = BlockPlan::new(
+                &fused,
+                &arrays,
+                &out,
+                &read,
+                &region,
+                chunks.len(),
+                batch_limit_bytes,
+                threads,
+            )?;
+            let BlockPlan {
+                batches,
+                read_batches,
+                per_encode,
+                memory,
+                keep_chunks,
+            } = plan;
             let label = format!("{label}: block {b:?}");
             let outputs = chunks.iter().map(|c| out.chunk_key(c)).collect();
             Ok(Task {

@@ -42,6 +42,9 @@ pub struct LeafRead {
     pub resident: Option<Arc<Buffer>>,
     /// Element offset of the box's origin in `resident`.
     pub offset: usize,
+    /// For an FFT leaf, the band of its material held in memory that contains `read_box`
+    /// (its region and values): the box is copied from it, nothing is read.
+    pub band: Option<(Region, Arc<Buffer>)>,
 }
 
 impl LeafRead {
@@ -101,6 +104,11 @@ impl RegionRead {
                 } else {
                     None
                 };
+                let band = leaf
+                    .fft
+                    .as_ref()
+                    .and_then(|_| arr.resident_band())
+                    .filter(|(r, _)| r.contains(&read_box));
                 // A shared material is addressed whole, a box buffer from its origin.
                 let (bs, offset) = match &resident {
                     Some(_) => {
@@ -116,7 +124,8 @@ impl RegionRead {
                         strides[out_axis] += (bs[j] * step) as usize;
                     }
                 }
-                let chunks = if bbox.is_empty() || read_box.is_empty() || resident.is_some() {
+                let held = resident.is_some() || band.is_some();
+                let chunks = if bbox.is_empty() || read_box.is_empty() || held {
                     Vec::new()
                 } else {
                     arr.read_grid().chunks_overlapping(&read_box)
@@ -130,6 +139,7 @@ impl RegionRead {
                     fft: leaf.fft.clone(),
                     resident,
                     offset,
+                    band,
                 }
             })
             .collect();
@@ -137,6 +147,18 @@ impl RegionRead {
             region: region.clone(),
             leaves,
         }
+    }
+
+    /// These reads as they stand once the bands of the FFT leaves read in bands are held:
+    /// those leaves read no chunks. For sizing tasks only (such a read of a leaf whose band
+    /// is not held would see zeros).
+    pub fn assuming_bands_held(mut self) -> Self {
+        for l in &mut self.leaves {
+            if l.fft.as_ref().is_some_and(|f| f.band.is_some()) {
+                l.chunks.clear();
+            }
+        }
+        self
     }
 
     /// Every (leaf, chunk) pair in read order.
@@ -439,10 +461,22 @@ impl Assembler {
                 continue;
             }
             if b.is_none() {
-                *b = Some(Buffer::zeros(
-                    arrays[lr.mat].dtype(),
-                    lr.read_box.len() as usize,
-                ));
+                let dtype = arrays[lr.mat].dtype();
+                *b = Some(match &lr.band {
+                    Some((region, values)) => {
+                        let mut buf = Buffer::for_overwrite(dtype, lr.read_box.len() as usize);
+                        copy_region(
+                            values.bytes(),
+                            region,
+                            buf.bytes_mut(),
+                            &lr.read_box,
+                            &lr.read_box,
+                            dtype.size(),
+                        );
+                        buf
+                    }
+                    None => Buffer::zeros(dtype, lr.read_box.len() as usize),
+                });
             }
             if let (Some(fft), false) = (&lr.fft, self.transformed[l]) {
                 if let Some(values) = b.take() {
