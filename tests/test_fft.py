@@ -180,6 +180,37 @@ def test_fft_along_a_finely_split_axis_reads_bands_or_spills_whichever_is_cheape
     assert_fft_close(read_zarr(tmp_path / "out.zarr"), np.fft.rfft(a, axis=0))
 
 
+def test_fft_read_by_a_reduction_spills_rather_than_bands(cli: Cli, tmp_path: Path) -> None:
+    """Only a write's tasks run band by band. A reduction of a transform whose regions (from the
+    rechunk before it, as Cubed plans them) each need a slab of every time step reads a
+    rechunked copy, decoding each chunk once, instead of re-reading every chunk per task."""
+    a = sample(np.random.default_rng(8), (48, 60, 40), "float32")
+    zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(1, 60, 40))
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
+        "ops": [
+            {"id": "c", "op": "rechunk", "input": "x", "chunks": [-1, 15, 20]},
+            {"id": "f", "op": "fft", "input": "c", "kind": "rfft", "axis": 0},
+            {
+                "id": "m",
+                "op": "elementwise",
+                "inputs": ["f"],
+                "expr": {"op": "abs", "args": [{"input": 0}]},
+            },
+            {"id": "r", "op": "reduce", "input": "m", "func": "mean", "axes": [1]},
+            {"id": "w", "op": "write", "input": "r", "target": str(tmp_path / "out.zarr")},
+        ],
+    }
+    summary = cli.run_plan(plan, max_mem="64MB", threads=2)
+    stages = summary["stages"]
+    assert stages[0].startswith("write f input"), stages
+    assert not any("band" in s for s in stages), stages
+    # The source decoded once and the copy read once (per task, 4 decodes of each chunk).
+    assert summary["decoded_bytes"] <= 2 * a.nbytes, summary
+    want = np.abs(np.fft.rfft(a, axis=0)).mean(axis=1)
+    np.testing.assert_allclose(read_zarr(tmp_path / "out.zarr"), want, rtol=1e-5, atol=1e-4)
+
+
 def test_power_spectrum_regions_follow_the_write_at_any_budget(cli: Cli, tmp_path: Path) -> None:
     """|rfft|**2 written in (-1, 15, 20) chunks: the transform is computed chunk by chunk of
     the write (not in a few huge blocks) even when the budget could hold far more."""

@@ -596,11 +596,17 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
         let (mut name, mut tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
+        // A stage read in bands holds its bands and nothing else: its budget checks count
+        // only them and their tasks.
+        let banded = banded_stage(stage, &arrays, task_budget, batch_limit, workers)?;
         // Small arrays that the stage's tasks would each read again are loaded once and
         // shared; the stage's tasks must still fit beside them.
         let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
         let share_limit = (task_budget / 8).min(task_budget.saturating_sub(largest));
-        let mats = resident::worth_sharing(stage_input(stage), &arrays, share_limit);
+        let mats = match banded {
+            Some(_) => Vec::new(),
+            None => resident::worth_sharing(stage_input(stage), &arrays, share_limit),
+        };
         let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit);
         if !load.is_empty() && engine.check_fits(&load).is_ok() {
             progress.add_tasks(load.len() as u64);
@@ -608,7 +614,6 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
             (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
         }
         let resumed_out = stage_output(stage).filter(|&o| resumed[o]);
-        let banded = banded_stage(stage, &arrays, task_budget, batch_limit, workers)?;
         let result = match banded {
             Some(groups) => {
                 stage_names.push(format!(

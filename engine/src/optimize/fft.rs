@@ -1,7 +1,8 @@
 //! Planning an FFT: output chunks whose transformed axes are whole and whose other axes are
-//! small enough for the budget, and, when tasks would re-read the same input chunks many
-//! times (an FFT along an axis the input splits finely), a bounded-memory rechunk of the
-//! input into an intermediate first.
+//! small enough for the budget. When tasks would re-read the same input chunks many times (an
+//! FFT along an axis the input splits finely), the cheaper of two ways: the input held in
+//! memory band by band while its consumers run, or a bounded-memory rechunk of the input into
+//! an intermediate first.
 
 use super::fuse::{FftBand, Fused, LeafFft};
 use super::stages::{self, Material, MaterialOrigin, PlanOptions, Stage};
@@ -67,10 +68,10 @@ fn read_amplification(input: &ChunkGrid, out_chunks: &[u64], transformed: &[usiz
 /// back in about 0.1 s more, so the copy costs about two decodes.
 const SPILL_COST: f64 = 2.0;
 
-/// Bands of the FFT's input (material `arr`, a source) that fit `limit` bytes, aligned to
-/// the output chunks `out_chunks`, along the non-transformed axis where they cost least, with
-/// that cost in decodes of the whole input (each band decodes the chunks it overlaps, only
-/// as far as the band reaches in them where the codec allows). `None` when no band fits.
+/// Bands of the FFT's input (material `arr`, a source) that fit `limit` bytes, aligned to the
+/// consumers' regions `out_chunks`, along the non-transformed axis where they cost least,
+/// with that cost in decodes of the whole input (each band decodes the chunks it overlaps,
+/// only as far as the band reaches in them where the codec allows). `None` when no band fits.
 fn cheapest_bands(
     arr: &ZarrArray,
     read: &Region,
@@ -245,9 +246,9 @@ fn fitting_chunks(
 }
 
 /// Bands of source `mat` for an FFT whose tasks compute output regions of `chunks` or of its
-/// `natural` chunks (of an output of `out_shape`), when
-/// loading them costs less than spilling a rechunked copy. A band must leave room beside it
-/// for the tasks that read it (one per thread) and for the reads that load it.
+/// `natural` chunks (of an output of `out_shape`), when loading them costs less than spilling
+/// a rechunked copy. A band must leave room beside it for the tasks that read it (one per
+/// thread) and for the reads that load it.
 fn bands_if_cheaper(
     spec: &FftSpec,
     mat: &Material,
@@ -288,7 +289,7 @@ fn bands_if_cheaper(
     let loading = 4 * opts.batch_bytes.max(largest_chunk);
     let beside = loading.max(opts.threads.max(1) as u64 * task);
     let limit = opts.budget.checked_sub(beside)?;
-    let (band, cost) = cheapest_bands(arr, &read, &spec.axes(), chunks, limit)?;
+    let (band, cost) = cheapest_bands(arr, &read, &spec.axes(), &out.shape, limit)?;
     (cost < 1.0 + SPILL_COST).then_some(band)
 }
 
@@ -298,7 +299,8 @@ fn bands_if_cheaper(
 /// per chunk. When tasks would re-read the same chunks, the cheaper of two ways is taken:
 /// holding a source in memory band by band (each band decoded once; see [`FftBand`]), or
 /// copying the input, bounded, into an intermediate chunked for the transform (always for a
-/// fused expression).
+/// fused expression). Bands are considered only with `may_band`: the transform's consumers
+/// run as one compute stage, which can run band by band.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_fft(
     materials: &mut Vec<Material>,
@@ -310,6 +312,7 @@ pub fn plan_fft(
     out_dtype: DType,
     natural: &ChunkGrid,
     opts: PlanOptions,
+    may_band: bool,
 ) -> Result<Fused> {
     let axes = spec.axes();
     // Two tasks at once keep IO and compute overlapped.
@@ -326,7 +329,7 @@ pub fn plan_fft(
     let plain = input.plain_material();
     let direct = plain.filter(|&m| read_amplification(&materials[m].grid, &chunks, &axes) <= 1);
     let banded = match (direct, plain) {
-        (None, Some(m)) => bands_if_cheaper(
+        (None, Some(m)) if may_band => bands_if_cheaper(
             spec,
             &materials[m],
             &chunks,

@@ -257,6 +257,8 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     }
                     None => node.grid.clone(),
                 };
+                // Only a write's tasks (a compute stage) run band by band.
+                let may_band = sole_write(graph, &consumers, i).is_some();
                 fused[i] = Some(super::fft::plan_fft(
                     &mut materials,
                     &mut stages,
@@ -267,6 +269,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     node.dtype,
                     &natural,
                     opts,
+                    may_band,
                 )?);
             }
             NodeKind::Rechunk { input }
@@ -420,9 +423,9 @@ fn drops_axes(view: &View, in_shape: &[u64], out_shape: &[u64], axes: &[usize]) 
     })
 }
 
-/// The chunks of the array node `i` ends up written to, when it flows through elementwise
-/// ops of its own shape (each its only consumer) into a write that names its chunks.
-fn written_chunks(graph: &Graph, consumers: &[Vec<usize>], i: usize) -> Option<Vec<u64>> {
+/// The write node that node `i`'s value flows into through elementwise ops of its shape alone
+/// (each the only consumer of the one before), if any.
+fn sole_write(graph: &Graph, consumers: &[Vec<usize>], i: usize) -> Option<usize> {
     let shape = &graph.nodes[i].shape;
     let mut at = i;
     loop {
@@ -438,11 +441,19 @@ fn written_chunks(graph: &Graph, consumers: &[Vec<usize>], i: usize) -> Option<V
         }
         match &node.kind {
             NodeKind::Elementwise { .. } => at = *next,
-            NodeKind::Write { spec, .. } => {
-                return spec.chunks.as_ref().map(|_| node.grid.chunk_shape())
-            }
+            NodeKind::Write { .. } => return Some(*next),
             _ => return None,
         }
+    }
+}
+
+/// The chunks of the array node `i` ends up written to, when it flows through elementwise
+/// ops of its own shape (each its only consumer) into a write that names its chunks.
+fn written_chunks(graph: &Graph, consumers: &[Vec<usize>], i: usize) -> Option<Vec<u64>> {
+    let w = &graph.nodes[sole_write(graph, consumers, i)?];
+    match &w.kind {
+        NodeKind::Write { spec, .. } => spec.chunks.as_ref().map(|_| w.grid.chunk_shape()),
+        _ => None,
     }
 }
 
