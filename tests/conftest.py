@@ -253,6 +253,32 @@ def run_plan(cli: Cli) -> Callable[..., dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
+def power_spectrum_plan(
+    source: str | os.PathLike[str], target: str | os.PathLike[str], chunks: Sequence[int]
+) -> dict[str, Any]:
+    """The plan of ``abs(rfft(x, axis=0)) ** 2`` of the array at ``source``, written to
+    ``target`` in ``chunks`` (op ids: f, m, p, w)."""
+    return {
+        "arrays": [{"id": "x", "zarr": str(source)}],
+        "ops": [
+            {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
+            {
+                "id": "m",
+                "op": "elementwise",
+                "inputs": ["f"],
+                "expr": {"op": "abs", "args": [{"input": 0}]},
+            },
+            {
+                "id": "p",
+                "op": "elementwise",
+                "inputs": ["m"],
+                "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]},
+            },
+            {"id": "w", "op": "write", "input": "p", "target": str(target), "chunks": list(chunks)},
+        ],
+    }
+
+
 def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> list[tuple[int, ...]]:
     """All chunk grid indices of an array."""
     counts = [max(1, -(-s // c)) for s, c in zip(shape, chunks, strict=True)]

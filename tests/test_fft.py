@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import zarr
 from chunkfuse import RustExecutor
-from conftest import Cli, read_zarr
+from conftest import Cli, power_spectrum_plan, read_zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -216,31 +216,7 @@ def test_power_spectrum_regions_follow_the_write_at_any_budget(cli: Cli, tmp_pat
     the write (not in a few huge blocks) even when the budget could hold far more."""
     a = sample(np.random.default_rng(6), (32, 60, 80), "float32")
     zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(1, 60, 80))
-    plan = {
-        "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
-        "ops": [
-            {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
-            {
-                "id": "m",
-                "op": "elementwise",
-                "inputs": ["f"],
-                "expr": {"op": "abs", "args": [{"input": 0}]},
-            },
-            {
-                "id": "p",
-                "op": "elementwise",
-                "inputs": ["m"],
-                "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]},
-            },
-            {
-                "id": "w",
-                "op": "write",
-                "input": "p",
-                "target": str(tmp_path / "out.zarr"),
-                "chunks": [-1, 15, 20],
-            },
-        ],
-    }
+    plan = power_spectrum_plan(tmp_path / "x.zarr", tmp_path / "out.zarr", [-1, 15, 20])
     for max_mem in ("64MB", "4GB"):
         summary = cli.run_plan(plan, max_mem=max_mem, threads=2)
         write = [s for s in summary["stages"] if s.startswith("write w")]

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import zarr
 import zarr.codecs
-from conftest import Cli, check_summary, open_zarr
+from conftest import Cli, check_summary, open_zarr, power_spectrum_plan
 
 RunPlan = Callable[..., dict[str, Any]]
 
@@ -223,32 +223,8 @@ def test_power_spectrum_along_time_bounded(
     48 MB the bands would be too many and the input is spilled into a rechunked copy; at
     160 MB it is held in memory in a few bands, each decoded once. Both stay in the budget."""
     target = tmp_path / "power.zarr"
-    plan = {
-        "name": "memory-power-spectrum",
-        "arrays": [{"id": "x", "zarr": str(big_source)}],
-        "ops": [
-            {"id": "f", "op": "fft", "input": "x", "kind": "rfft", "axis": 0},
-            {
-                "id": "a",
-                "op": "elementwise",
-                "inputs": ["f"],
-                "expr": {"op": "abs", "args": [{"input": 0}]},
-            },
-            {
-                "id": "p",
-                "op": "elementwise",
-                "inputs": ["a"],
-                "expr": {"op": "multiply", "args": [{"input": 0}, {"input": 0}]},
-            },
-            {
-                "id": "out",
-                "op": "write",
-                "input": "p",
-                "target": str(target),
-                "chunks": [-1, 64, 128],
-            },
-        ],
-    }
+    plan = power_spectrum_plan(big_source, target, [-1, 64, 128])
+    plan["name"] = "memory-power-spectrum"
     result = cli("run", cli.write_plan(plan), "--max-mem", max_mem, "--json", measure_rss=True)
     summary = result.json()
     check_summary(summary)

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::memory::Reservation;
 use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
 use crate::array::buffer::copy_region;
-use crate::array::{Buffer, Region};
+use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::{Error, Result};
 use crate::optimize::fuse::Fused;
 use crate::read::Destination;
@@ -92,11 +92,12 @@ pub fn load_tasks(
 }
 
 fn load_task(arr: Arc<ZarrArray>, held: Arc<Mutex<Vec<Reservation>>>, batch_bytes: u64) -> Task {
-    let chunks = arr.grid().chunk_indices();
-    let chunk_bytes = |c: &Vec<u64>| arr.grid().chunk_region(c).len() * arr.dtype().size() as u64;
-    let largest = chunks.iter().map(chunk_bytes).max().unwrap_or(0);
-    let per_batch = (batch_bytes / largest.max(1)).max(1) as usize;
-    let groups: Vec<Vec<Vec<u64>>> = chunks.chunks(per_batch).map(|g| g.to_vec()).collect();
+    let (groups, loading) = batch_groups(
+        arr.grid(),
+        arr.grid().chunk_indices(),
+        arr.dtype().size() as u64,
+        batch_bytes,
+    );
     let batches = groups
         .iter()
         .map(|g| {
@@ -108,9 +109,8 @@ fn load_task(arr: Arc<ZarrArray>, held: Arc<Mutex<Vec<Reservation>>>, batch_byte
                 .collect()
         })
         .collect();
-    let bytes = array_bytes(&arr);
     // The array, and two batches of chunks (one read ahead) decoded and encoded.
-    let memory = bytes + 4 * per_batch as u64 * largest;
+    let memory = array_bytes(&arr) + loading;
     Task {
         label: format!("loading {} to share it", arr.url()),
         memory,
@@ -217,19 +217,35 @@ impl Drop for SharedBand {
     }
 }
 
-/// Bytes the task that loads `band` of `arr` (see [`band_task`]) holds: the band, and two
-/// batches of about `batch_bytes` of chunks (one read ahead) read and decoded.
-pub fn band_task_memory(arr: &ZarrArray, band: &Region, batch_bytes: u64) -> u64 {
-    let grid = arr.read_grid();
-    let itemsize = arr.dtype().size() as u64;
-    let largest = grid
-        .chunks_overlapping(band)
+/// `chunks` of `grid` (of `itemsize`-byte values) in read batches of about `batch_bytes`
+/// decoded (at least one chunk each), and the bytes two batches (one read ahead) hold read and
+/// decoded.
+fn batch_groups(
+    grid: &ChunkGrid,
+    chunks: Vec<Vec<u64>>,
+    itemsize: u64,
+    batch_bytes: u64,
+) -> (Vec<Vec<Vec<u64>>>, u64) {
+    let largest = chunks
         .iter()
         .map(|c| grid.chunk_region(c).len() * itemsize)
         .max()
         .unwrap_or(0);
     let per_batch = (batch_bytes / largest.max(1)).max(1);
-    band.len() * itemsize + 4 * per_batch * largest
+    let groups = chunks
+        .chunks(per_batch as usize)
+        .map(|g| g.to_vec())
+        .collect();
+    (groups, 4 * per_batch * largest)
+}
+
+/// Bytes the task that loads `band` of `arr` (see [`band_task`]) holds: the band, and two
+/// batches of about `batch_bytes` of chunks (one read ahead) read and decoded.
+pub fn band_task_memory(arr: &ZarrArray, band: &Region, batch_bytes: u64) -> u64 {
+    let grid = arr.read_grid();
+    let itemsize = arr.dtype().size() as u64;
+    let (_, loading) = batch_groups(grid, grid.chunks_overlapping(band), itemsize, batch_bytes);
+    band.len() * itemsize + loading
 }
 
 /// The task that loads `band` of `arr` (reads in batches of about `batch_bytes`, each chunk
@@ -244,12 +260,9 @@ pub fn band_task(
 ) -> Result<(Task, SharedBand)> {
     let held: Arc<Mutex<Vec<Reservation>>> = Arc::default();
     let grid = arr.read_grid();
-    let chunks = grid.chunks_overlapping(&band);
     let itemsize = arr.dtype().size() as u64;
-    let chunk_bytes = |c: &Vec<u64>| grid.chunk_region(c).len() * itemsize;
-    let largest = chunks.iter().map(chunk_bytes).max().unwrap_or(0);
-    let per_batch = (batch_bytes / largest.max(1)).max(1) as usize;
-    let groups: Vec<Vec<Vec<u64>>> = chunks.chunks(per_batch).map(|g| g.to_vec()).collect();
+    let (groups, loading) =
+        batch_groups(grid, grid.chunks_overlapping(&band), itemsize, batch_bytes);
     let batches = groups
         .iter()
         .map(|g| {
@@ -263,7 +276,7 @@ pub fn band_task(
                 .collect::<Result<Vec<_>>>()
         })
         .collect::<Result<Vec<_>>>()?;
-    let memory = band_task_memory(&arr, &band, batch_bytes);
+    let memory = band.len() * itemsize + loading;
     let band_bytes = (band.len() * itemsize) as usize;
     let values = spare
         .filter(|v| v.capacity() >= band_bytes)
