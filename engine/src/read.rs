@@ -481,26 +481,11 @@ fn decode_one(
         }
     }
     // Windows that end early in the chunk (in C order) need only that much of it decoded.
-    let prefix = prefix_bytes(&region, pieces, elem);
-    let whole = region.len() as usize * elem;
-    if let Some(bytes) = value.as_ref().filter(|_| prefix * 10 < whole * 9) {
-        if array.prefix_decodable(idx) {
-            let buf = array.decode_chunk_prefix(idx, bytes, prefix)?;
-            for (w, part) in pieces {
-                dest.copy_from(*w, &region, part, &buf, elem);
-            }
-            crate::array::pool::give(buf);
-            if let Some(v) = value {
-                v.recycle();
-            }
-            return Ok(());
-        }
-    }
-    let buf = array.decode_chunk(idx, value)?;
+    let buf = array.decode_chunk_through(idx, value, prefix_bytes(&region, pieces, elem))?;
     for (w, part) in pieces {
-        dest.copy_from(*w, &region, part, buf.bytes(), elem);
+        dest.copy_from(*w, &region, part, &buf, elem);
     }
-    crate::array::pool::give(buf.into_bytes());
+    crate::array::pool::give(buf);
     Ok(())
 }
 

@@ -16,6 +16,7 @@ use crate::error::{Error, Result, ResultExt};
 use crate::exec::bands::{BandGroup, BlockBoxes};
 use crate::exec::ops::{compute, reduce};
 use crate::exec::{resident, Budget, Progress, Scheduler};
+use crate::optimize::fuse::Fused;
 use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
 use crate::plan::graph::Graph;
 use crate::plan::{ArrayDecl, Op, OpDecl, Plan, WriteSpec};
@@ -264,22 +265,14 @@ fn banded_stage(
     else {
         return Ok(None);
     };
-    let Some(boxes) = BlockBoxes::of(input, arrays, &arrays[*out], block) else {
+    let Some(boxes) = BlockBoxes::of(input, arrays, &arrays[*out], block, batch_limit, workers)?
+    else {
         return Ok(None);
     };
-    let largest = compute::largest_in_bands(
-        input,
-        arrays,
-        &arrays[*out],
-        block,
-        &boxes.blocks(),
-        batch_limit,
-        workers,
-    )?;
     let fits = |g: &BandGroup| {
         let arr = &arrays[g.mat];
         let bytes = g.band.len() * arr.dtype().size() as u64;
-        bytes.saturating_add(largest) <= task_budget
+        bytes.saturating_add(boxes.largest_task) <= task_budget
             && resident::band_task_memory(arr, &g.band, batch_limit) <= task_budget
     };
     let mut max_len = boxes.max_len;
@@ -295,42 +288,33 @@ fn banded_stage(
     }
 }
 
-/// Runs compute stage `stage` band by band: loads each group's band, runs the group's blocks
-/// (reading the band), lets the band go. With `resumed`, blocks whose chunks of that output
-/// exist already are skipped.
+/// Runs a compute stage band by band: loads each group's band, runs the group's blocks
+/// (reading the band), lets the band go. `stage` is the compute stage's value, output
+/// material, blocks and label. With `resumed`, blocks whose output chunks exist already are
+/// skipped.
 fn run_in_bands(
     engine: &Engine,
-    stage: &Stage,
+    stage: (&Fused, usize, &[u64], &str),
     arrays: &Arc<Vec<Arc<ZarrArray>>>,
     groups: Vec<BandGroup>,
     batch_limit: u64,
     workers: usize,
-    resumed: Option<usize>,
+    resumed: bool,
 ) -> Result<()> {
-    let Stage::Compute {
-        input,
-        out,
-        block,
-        label,
-    } = stage
-    else {
-        return Err(Error::internal(
-            "bands of a stage that is not a compute stage",
-        ));
-    };
+    let (input, out, block, label) = stage;
     let input = Arc::new(input.clone());
     let group_tasks = |blocks: &[Vec<u64>]| -> Result<Vec<crate::exec::Task>> {
         let mut tasks = compute::tasks_for_blocks(
             input.clone(),
             arrays.clone(),
-            arrays[*out].clone(),
+            arrays[out].clone(),
             block,
             blocks.to_vec(),
             label,
             batch_limit,
             workers,
         )?;
-        if let Some(out) = resumed {
+        if resumed {
             skip_done(&mut tasks, &arrays[out])?;
         }
         Ok(tasks)
@@ -339,7 +323,7 @@ fn run_in_bands(
     let mut spare: Option<Vec<u8>> = None;
     for group in groups {
         // A resumed run loads no band whose blocks are all written.
-        if resumed.is_some() && group_tasks(&group.blocks)?.is_empty() {
+        if resumed && group_tasks(&group.blocks)?.is_empty() {
             continue;
         }
         let (load, band) = resident::band_task(
@@ -372,6 +356,11 @@ fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usiz
     Ok(before - tasks.len())
 }
 
+/// The description of a compute stage `label` of blocks of `block` output chunks.
+fn compute_stage_name(label: &str, block: &[u64]) -> String {
+    format!("{label} (blocks of {block:?} chunks)")
+}
+
 /// The tasks of one stage and its description. `task_share` is what one reduce task may hold
 /// (it decides how many pieces a task folds together); `workers` run the tasks at once.
 fn stage_tasks(
@@ -388,7 +377,7 @@ fn stage_tasks(
             block,
             label,
         } => (
-            format!("{label} (blocks of {block:?} chunks)"),
+            compute_stage_name(label, block),
             compute::tasks(
                 Arc::new(input.clone()),
                 arrays.clone(),
@@ -595,43 +584,50 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         .collect();
     let mut stage_names = Vec::new();
     for stage in &physical.stages {
-        let (mut name, mut tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
         // A stage read in bands holds its bands and nothing else: its budget checks count
         // only them and their tasks.
         let banded = banded_stage(stage, &arrays, task_budget, batch_limit, workers)?;
-        // Small arrays that the stage's tasks would each read again are loaded once and
-        // shared; the stage's tasks must still fit beside them.
-        let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
-        let share_limit = (task_budget / 8).min(task_budget.saturating_sub(largest));
-        let mats = match banded {
-            Some(_) => Vec::new(),
-            None => resident::worth_sharing(stage_input(stage), &arrays, share_limit),
-        };
-        let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit);
-        if !load.is_empty() && engine.check_fits(&load).is_ok() {
-            progress.add_tasks(load.len() as u64);
-            engine.scheduler.run(load)?;
-            (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
-        }
         let resumed_out = stage_output(stage).filter(|&o| resumed[o]);
-        let result = match banded {
-            Some(groups) => {
+        let result = match (banded, stage) {
+            (
+                Some(groups),
+                Stage::Compute {
+                    input,
+                    out,
+                    block,
+                    label,
+                },
+            ) => {
                 stage_names.push(format!(
-                    "{name} (in {} band{})",
+                    "{} (in {} band{})",
+                    compute_stage_name(label, block),
                     groups.len(),
                     if groups.len() == 1 { "" } else { "s" }
                 ));
                 run_in_bands(
                     &engine,
-                    stage,
+                    (input, *out, block, label),
                     &arrays,
                     groups,
                     batch_limit,
                     workers,
-                    resumed_out,
+                    resumed_out.is_some(),
                 )
             }
-            None => {
+            _ => {
+                let (mut name, mut tasks) =
+                    stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
+                // Small arrays that the stage's tasks would each read again are loaded once
+                // and shared; the stage's tasks must still fit beside them.
+                let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
+                let share_limit = (task_budget / 8).min(task_budget.saturating_sub(largest));
+                let mats = resident::worth_sharing(stage_input(stage), &arrays, share_limit);
+                let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit);
+                if !load.is_empty() && engine.check_fits(&load).is_ok() {
+                    progress.add_tasks(load.len() as u64);
+                    engine.scheduler.run(load)?;
+                    (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
+                }
                 if let Some(out) = resumed_out {
                     let total = tasks.len();
                     let done = skip_done(&mut tasks, &arrays[out])?;

@@ -8,10 +8,11 @@
 
 use std::sync::Arc;
 
-use super::ops::compute::{block_grid, block_region};
+use super::ops::compute::{self, block_grid, block_region};
 use super::ops::region::RegionRead;
 use crate::array::grid::indices_in;
 use crate::array::Region;
+use crate::error::Result;
 use crate::optimize::fuse::Fused;
 use crate::zarr::ZarrArray;
 
@@ -28,52 +29,67 @@ pub struct BandGroup {
 }
 
 /// The read boxes of a compute stage's blocks in the material of its FFT leaf read in bands,
-/// from which the stage's bands are drawn.
+/// from which the stage's bands are drawn, and what its tasks hold beside a band.
 #[derive(Debug, Clone)]
 pub struct BlockBoxes {
     mat: usize,
     axis: usize,
     /// The most values along `axis` a band holds, as planned.
     pub max_len: u64,
+    /// The most bytes one of the stage's tasks holds while its band is held.
+    pub largest_task: u64,
     /// Each block and its read box, ordered along the band axis.
     boxes: Vec<(Vec<u64>, Region)>,
 }
 
 impl BlockBoxes {
-    /// The blocks of a compute stage of `fused` into `out` (blocks of `block` output chunks)
-    /// with their read boxes; `None` when no leaf of `fused` is an FFT read in bands.
+    /// The blocks of a compute stage of `fused` into `out` (blocks of `block` output chunks,
+    /// tasks reading in batches of about `batch_limit` bytes, run by `threads`) with their read
+    /// boxes; `None` when no leaf of `fused` is an FFT read in bands.
     pub fn of(
         fused: &Fused,
         arrays: &[Arc<ZarrArray>],
         out: &ZarrArray,
         block: &[u64],
-    ) -> Option<BlockBoxes> {
-        let (leaf, band) = fused
+        batch_limit: u64,
+        threads: usize,
+    ) -> Result<Option<BlockBoxes>> {
+        let Some((leaf, band)) = fused
             .leaves
             .iter()
             .enumerate()
-            .find_map(|(i, l)| l.fft.as_ref().and_then(|f| f.band).map(|b| (i, b)))?;
+            .find_map(|(i, l)| l.fft.as_ref().and_then(|f| f.band).map(|b| (i, b)))
+        else {
+            return Ok(None);
+        };
         let axis = band.axis;
-        let mut boxes: Vec<(Vec<u64>, Region)> = indices_in(&block_grid(out.grid(), block))
-            .into_iter()
-            .map(|b| {
-                let (_, region) = block_region(out.grid(), block, &b);
-                let read = RegionRead::plan(fused, arrays, &region);
-                (b, read.leaves[leaf].read_box.clone())
-            })
-            .collect();
+        let mut largest_task = 0;
+        let mut boxes = Vec::new();
+        for b in indices_in(&block_grid(out.grid(), block)) {
+            let (chunks, region) = block_region(out.grid(), block, &b);
+            let read = RegionRead::plan(fused, arrays, &region);
+            let rbox = read.leaves[leaf].read_box.clone();
+            let memory = compute::block_memory(
+                fused,
+                arrays,
+                out,
+                &read.assuming_bands_held(),
+                &region,
+                chunks.len(),
+                batch_limit,
+                threads,
+            )?;
+            largest_task = largest_task.max(memory);
+            boxes.push((b, rbox));
+        }
         boxes.sort_by_key(|(b, r)| (r.start[axis], r.end(axis), b.clone()));
-        Some(BlockBoxes {
+        Ok(Some(BlockBoxes {
             mat: fused.leaves[leaf].mat,
             axis,
             max_len: band.max_len,
+            largest_task,
             boxes,
-        })
-    }
-
-    /// Every block.
-    pub fn blocks(&self) -> Vec<Vec<u64>> {
-        self.boxes.iter().map(|(b, _)| b.clone()).collect()
+        }))
     }
 
     /// The blocks grouped by band, in band order: a band holds the read boxes of its blocks,

@@ -318,17 +318,11 @@ fn decode_to_part(
     part: &Region,
     bytes: Option<Value>,
 ) -> Result<Vec<u8>> {
-    let elem = arr.dtype().size();
-    let prefix = region.c_prefix_len(part) as usize * elem;
-    let whole = region.len() as usize * elem;
-    let own_grid = std::ptr::eq(arr.read_grid(), arr.grid());
-    match bytes {
-        Some(b) if own_grid && prefix * 10 < whole * 9 && arr.prefix_decodable(idx) => {
-            let out = arr.decode_chunk_prefix(idx, &b, prefix);
-            b.recycle();
-            out
-        }
-        bytes => Ok(arr.decode_read(idx, bytes)?.into_bytes()),
+    if std::ptr::eq(arr.read_grid(), arr.grid()) {
+        let prefix = region.c_prefix_len(part) as usize * arr.dtype().size();
+        arr.decode_chunk_through(idx, bytes, prefix)
+    } else {
+        Ok(arr.decode_read(idx, bytes)?.into_bytes())
     }
 }
 

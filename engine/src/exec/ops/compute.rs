@@ -259,35 +259,30 @@ impl BlockPlan {
     }
 }
 
-/// The most memory the task of one of `blocks` holds once the bands its FFT leaves are read in
-/// are held (see `exec::bands`): what a banded stage needs beside its band.
+/// Bytes the task of the block over `region` (`n_chunks` output chunks) holds when it reads
+/// `read` (see [`tasks_for_blocks`]).
 #[allow(clippy::too_many_arguments)]
-pub fn largest_in_bands(
+pub fn block_memory(
     fused: &Fused,
     arrays: &[Arc<ZarrArray>],
     out: &ZarrArray,
-    block: &[u64],
-    blocks: &[Vec<u64>],
+    read: &RegionRead,
+    region: &Region,
+    n_chunks: usize,
     batch_limit_bytes: u64,
     threads: usize,
 ) -> Result<u64> {
-    let mut largest = 0;
-    for b in blocks {
-        let (chunks, region) = block_region(out.grid(), block, b);
-        let read = RegionRead::plan(fused, arrays, &region).assuming_bands_held();
-        let plan = BlockPlan::new(
-            fused,
-            arrays,
-            out,
-            &read,
-            &region,
-            chunks.len(),
-            batch_limit_bytes,
-            threads.max(1),
-        )?;
-        largest = largest.max(plan.memory);
-    }
-    Ok(largest)
+    let plan = BlockPlan::new(
+        fused,
+        arrays,
+        out,
+        read,
+        region,
+        n_chunks,
+        batch_limit_bytes,
+        threads.max(1),
+    )?;
+    Ok(plan.memory)
 }
 
 /// The tasks of a compute stage run by `threads` compute threads (the planner's count: their
@@ -333,7 +328,13 @@ pub fn tasks_for_blocks(
         .map(|b| {
             let (chunks, region) = block_region(out.grid(), block, &b);
             let read = RegionRead::plan(&fused, &arrays, &region);
-            let plan = BlockPlan::new(
+            let BlockPlan {
+                batches,
+                read_batches,
+                per_encode,
+                memory,
+                keep_chunks,
+            } = BlockPlan::new(
                 &fused,
                 &arrays,
                 &out,
@@ -343,13 +344,6 @@ pub fn tasks_for_blocks(
                 batch_limit_bytes,
                 threads,
             )?;
-            let BlockPlan {
-                batches,
-                read_batches,
-                per_encode,
-                memory,
-                keep_chunks,
-            } = plan;
             let label = format!("{label}: block {b:?}");
             let outputs = chunks.iter().map(|c| out.chunk_key(c)).collect();
             Ok(Task {
