@@ -16,6 +16,7 @@ use crate::error::{Error, Result, ResultExt};
 use crate::exec::bands::{BandGroup, BlockBoxes};
 use crate::exec::ops::{compute, reduce};
 use crate::exec::{resident, Budget, Progress, Scheduler};
+use crate::kernels::device::{Device, DeviceKernel, Placement};
 use crate::optimize::fuse::Fused;
 use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
 use crate::plan::graph::Graph;
@@ -45,6 +46,8 @@ pub struct RunOptions {
     /// intermediates live in a work directory named after the job that outlives a failed
     /// run. Rerunning an unfinished job keeps every chunk it had written.
     pub resume: bool,
+    /// Where fused elementwise programs run (reductions, FFTs and codecs stay on the CPU).
+    pub device: Device,
 }
 
 impl Default for RunOptions {
@@ -58,6 +61,7 @@ impl Default for RunOptions {
             cancel: Arc::new(AtomicBool::new(false)),
             observe: None,
             resume: true,
+            device: Device::Cpu,
         }
     }
 }
@@ -87,6 +91,10 @@ pub struct RunSummary {
     pub threads: usize,
     /// Arrays written.
     pub outputs: Vec<String>,
+    /// Where fused elementwise programs ran: `cpu`, or `cuda: NAME (compute_XY)`.
+    pub device: String,
+    /// Blocks of output whose fused program ran on the GPU.
+    pub gpu_blocks: u64,
 }
 
 /// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
@@ -302,6 +310,7 @@ fn run_in_bands(
     resumed: bool,
 ) -> Result<()> {
     let (input, out, block, label) = stage;
+    let kernel = device_kernel(&engine.placement, input)?;
     let input = Arc::new(input.clone());
     let group_tasks = |blocks: &[Vec<u64>]| -> Result<Vec<crate::exec::Task>> {
         let mut tasks = compute::tasks_for_blocks(
@@ -313,6 +322,7 @@ fn run_in_bands(
             label,
             batch_limit,
             workers,
+            kernel.clone(),
         )?;
         if resumed {
             skip_done(&mut tasks, &arrays[out])?;
@@ -357,6 +367,14 @@ fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usiz
 }
 
 /// The description of a compute stage `label` of blocks of `block` output chunks.
+/// The compute stage value `input` compiled for `placement`, when it runs off the CPU.
+fn device_kernel(placement: &Placement, input: &Fused) -> Result<Option<Arc<DeviceKernel>>> {
+    let leaf_dtypes: Vec<_> = input.leaves.iter().map(|l| l.dtype).collect();
+    Ok(placement
+        .kernel(&input.program, &leaf_dtypes, input.shape.len())?
+        .map(Arc::new))
+}
+
 fn compute_stage_name(label: &str, block: &[u64]) -> String {
     format!("{label} (blocks of {block:?} chunks)")
 }
@@ -369,6 +387,7 @@ fn stage_tasks(
     batch_limit: u64,
     task_share: u64,
     workers: usize,
+    placement: &Placement,
 ) -> Result<(String, Vec<crate::exec::Task>)> {
     Ok(match stage {
         Stage::Compute {
@@ -386,6 +405,7 @@ fn stage_tasks(
                 label,
                 batch_limit,
                 workers,
+                device_kernel(placement, input)?,
             )?,
         ),
         Stage::Stream {
@@ -443,11 +463,14 @@ pub(crate) struct Engine {
     pub max_mem: u64,
     /// What tasks may reserve (the budget less the buffer pool's share).
     pub task_budget: u64,
+    /// The device fused elementwise programs run on.
+    pub placement: Placement,
 }
 
 impl Engine {
     pub fn new(opts: &RunOptions) -> Result<Engine> {
         let max_mem = opts.max_mem.unwrap_or_else(default_max_mem);
+        let placement = Placement::open(opts.device)?;
         let progress = opts
             .observe
             .clone()
@@ -468,6 +491,7 @@ impl Engine {
             progress,
             max_mem,
             task_budget,
+            placement,
         })
     }
 
@@ -492,6 +516,8 @@ impl Engine {
             max_mem: self.max_mem,
             threads: self.scheduler.threads(),
             outputs,
+            device: self.placement.describe(),
+            gpu_blocks: load(&self.progress.gpu_blocks),
         }
     }
 
@@ -542,7 +568,14 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         if banded_stage(stage, &stand_ins, task_budget, batch_limit, workers)?.is_some() {
             continue;
         }
-        let (_, tasks) = stage_tasks(stage, &stand_ins, batch_limit, task_share, workers)?;
+        let (_, tasks) = stage_tasks(
+            stage,
+            &stand_ins,
+            batch_limit,
+            task_share,
+            workers,
+            &Placement::Cpu,
+        )?;
         engine.check_fits(&tasks)?;
     }
     drop(stand_ins);
@@ -615,8 +648,14 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 )
             }
             _ => {
-                let (mut name, mut tasks) =
-                    stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
+                let (mut name, mut tasks) = stage_tasks(
+                    stage,
+                    &arrays,
+                    batch_limit,
+                    task_share,
+                    workers,
+                    &engine.placement,
+                )?;
                 // Small arrays that the stage's tasks would each read again are loaded once
                 // and shared; the stage's tasks must still fit beside them.
                 let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
@@ -626,7 +665,14 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 if !load.is_empty() && engine.check_fits(&load).is_ok() {
                     progress.add_tasks(load.len() as u64);
                     engine.scheduler.run(load)?;
-                    (name, tasks) = stage_tasks(stage, &arrays, batch_limit, task_share, workers)?;
+                    (name, tasks) = stage_tasks(
+                        stage,
+                        &arrays,
+                        batch_limit,
+                        task_share,
+                        workers,
+                        &engine.placement,
+                    )?;
                 }
                 if let Some(out) = resumed_out {
                     let total = tasks.len();

@@ -20,6 +20,7 @@ __all__ = [
     "ArrayReader",
     "RustExecutor",
     "__version__",
+    "device_info",
     "engine_version",
     "io_mode",
     "read",
@@ -37,6 +38,13 @@ def engine_version() -> str:
     return _engine.version()
 
 
+def device_info(device: str = "auto") -> str:
+    """Where fused elementwise programs run for `device` ("cpu", "cuda" or "auto"): "cpu", or
+    "cuda: NAME (compute_XY)". Raises RuntimeError naming why when "cuda" cannot be used (no
+    driver, no NVRTC, no device, or an engine built without the cuda feature)."""
+    return _engine.device_info(device)
+
+
 def run_plan(
     plan: str | Mapping[str, Any],
     params: Mapping[str, str] | None = None,
@@ -47,6 +55,7 @@ def run_plan(
     progress: Callable[[int, int], None] | None = None,
     resume: bool = True,
     io: str | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Validate and run a plan (JSON text or a dict); return the run summary.
 
@@ -55,12 +64,15 @@ def run_plan(
     as stages start); an exception it raises cancels the run. Ctrl-C cancels the run and
     raises KeyboardInterrupt. With `resume` (the default), rerunning a job that failed or was
     killed keeps every chunk it had written and computes only the rest; `resume=False`
-    starts over. `io` sets how local files are read (see `chunkfuse.set_io`).
+    starts over. `io` sets how local files are read (see `chunkfuse.set_io`). `device` is
+    where fused elementwise programs run: "cpu", "cuda" (an NVIDIA GPU; an error naming why
+    when none can be used) or "auto" (the GPU when present); reductions, FFTs and codecs run
+    on the CPU. The summary's `device` and `gpu_blocks` say where they ran.
     """
     iomode.apply(io)
     text = plan if isinstance(plan, str) else json.dumps(plan)
     summary = _engine.run_plan(
-        text, dict(params or {}), max_mem, threads, work_dir, progress, resume
+        text, dict(params or {}), max_mem, threads, work_dir, progress, resume, device
     )
     return json.loads(summary)
 

@@ -45,7 +45,7 @@ fn version() -> &'static str {
 #[pyfunction]
 #[pyo3(signature = (
     plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, progress=None,
-    resume=true
+    resume=true, device="cpu"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run_plan(
@@ -57,13 +57,26 @@ fn run_plan(
     work_dir: Option<PathBuf>,
     progress: Option<Bound<'_, PyAny>>,
     resume: bool,
+    device: &str,
 ) -> PyResult<String> {
     let plan = Plan::from_json(plan_json, &params).map_err(to_py)?;
-    let (opts, counters) = driver::observed_options(max_mem, threads, work_dir, resume);
+    let (mut opts, counters) = driver::observed_options(max_mem, threads, work_dir, resume);
+    opts.device = device.parse().map_err(to_py)?;
     let cancel = opts.cancel.clone();
     driver::drive(py, counters, cancel, progress, move || {
         run::run_plan(&plan, &opts)
     })
+}
+
+/// Where fused elementwise programs run for `device` (`"cpu"`, `"cuda"` or `"auto"`):
+/// `"cpu"` or `"cuda: NAME (compute_XY)"`; an error naming why when `"cuda"` cannot be used.
+#[pyfunction]
+fn device_info(py: Python<'_>, device: &str) -> PyResult<String> {
+    let device: chunkfuse_engine::kernels::device::Device = device.parse().map_err(to_py)?;
+    py.detach(move || {
+        chunkfuse_engine::kernels::device::Placement::open(device).map(|p| p.describe())
+    })
+    .map_err(to_py)
 }
 
 /// Bytes in a size such as `"2GB"`, `"512MiB"` or `"1000"`.
@@ -111,6 +124,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(run_plan, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(array_info, m)?)?;
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add_class::<reading::ArrayReader>()?;

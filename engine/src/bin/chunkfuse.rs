@@ -45,6 +45,11 @@ struct Common {
     /// rerun keeps every chunk it finds and computes only the rest).
     #[arg(long)]
     fresh: bool,
+    /// Where fused elementwise programs run: cpu, cuda (an NVIDIA GPU; an error without
+    /// one) or auto (the GPU when present). Reductions, FFTs and codecs run on the CPU.
+    /// Default: $CHUNKFUSE_DEVICE, else cpu.
+    #[arg(long, value_name = "cpu|cuda|auto")]
+    device: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -162,6 +167,14 @@ fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error
         cancel,
         observe: None,
         resume: !common.fresh,
+        device: match common
+            .device
+            .clone()
+            .or_else(|| std::env::var("CHUNKFUSE_DEVICE").ok())
+        {
+            Some(d) => d.parse().map_err(|e: Error| e.with_field("--device"))?,
+            None => Default::default(),
+        },
     })
 }
 
@@ -177,6 +190,12 @@ fn print_summary(s: &RunSummary, json: bool) -> Result<(), Error> {
     );
     for st in &s.stages {
         println!("  stage: {st}");
+    }
+    if s.device != "cpu" {
+        println!(
+            "  device {}: {} block(s) computed there",
+            s.device, s.gpu_blocks
+        );
     }
     let gbs = |b: u64| b as f64 / 1e9 / s.seconds.max(1e-9);
     println!(

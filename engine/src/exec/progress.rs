@@ -19,6 +19,8 @@ pub struct Progress {
     pub bytes_written: AtomicU64,
     /// Bytes of decoded chunk data.
     pub decoded_bytes: AtomicU64,
+    /// Blocks of output whose fused program ran on a GPU.
+    pub gpu_blocks: AtomicU64,
     bar: Mutex<Option<indicatif::ProgressBar>>,
 }
 
@@ -41,6 +43,7 @@ impl Progress {
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             decoded_bytes: AtomicU64::new(0),
+            gpu_blocks: AtomicU64::new(0),
             bar: Mutex::new(bar),
         }
     }

@@ -38,6 +38,10 @@ class ExecutionStats:
     #: Python tasks whose reads and writes the engine did (only the function ran in Python).
     engine_io_tasks: int = 0
     engine_runs: int = 0
+    #: Where the engine ran fused elementwise programs ("cpu", or "cuda: NAME (compute_XY)").
+    device: str = "cpu"
+    #: Blocks of output whose fused elementwise program ran on the GPU.
+    gpu_blocks: int = 0
     arrays_written: int = 0
     max_mem: int = 0
 
@@ -46,8 +50,10 @@ class RustExecutor(DagExecutor):
     """Runs Cubed plans on the chunkfuse engine.
 
     Options (here or as `compute(...)` keywords): `max_workers` (compute threads; default all
-    cores), `max_mem` (the engine's memory budget in bytes), `device` (`"cpu"`), `io` (how
-    local files are read: `"auto"`, `"uring"` or `"pread"`; see `chunkfuse.set_io`).
+    cores), `max_mem` (the engine's memory budget in bytes), `device` (where fused elementwise
+    programs run: `"cpu"`, the default; `"cuda"`, an NVIDIA GPU, an error naming why when none
+    can be used; `"auto"`, the GPU when present; reductions, FFTs and codecs run on the CPU),
+    `io` (how local files are read: `"auto"`, `"uring"` or `"pread"`; see `chunkfuse.set_io`).
 
     Without `max_mem` the budget follows Cubed's memory model: `max_workers` times the largest
     `projected_mem − reserved_mem` of the plan's ops (what Cubed's own executors let run at
@@ -73,9 +79,11 @@ class RustExecutor(DagExecutor):
     ) -> None:
         options = {**self.kwargs, **kwargs}
         iomode.apply(options.get("io"))
-        device = options.get("device", "cpu")
-        if device != "cpu":
-            raise ValueError(f"RustExecutor: device {device!r} is not available (only 'cpu')")
+        device = str(options.get("device", "cpu"))
+        if device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"RustExecutor: unknown device {device!r}: expected cpu, cuda or auto")
+        # Before anything runs: a GPU asked for and missing is an error naming why.
+        chunkfuse.device_info(device)
         workers = int(options.get("max_workers") or os.cpu_count() or 1)
         if workers < 1:
             raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
@@ -86,7 +94,7 @@ class RustExecutor(DagExecutor):
         stage_dir = tempfile.mkdtemp(prefix="chunkfuse-", dir=_local_dir(work_dir))
         try:
             t = translate(dag, stage_dir, _requested_arrays())
-            _Run(t, dag, callbacks, workers, max_mem, stats, stage_dir).execute()
+            _Run(t, dag, callbacks, workers, max_mem, stats, stage_dir, device).execute()
         finally:
             shutil.rmtree(stage_dir, ignore_errors=True)
 
@@ -129,8 +137,10 @@ class _Run:
         max_mem: Budget,
         stats: ExecutionStats,
         work_dir: str,
+        device: str = "cpu",
     ) -> None:
         self.t = t
+        self.device = device
         self.dag = dag
         self.callbacks = list(callbacks or [])
         self.workers = workers
@@ -192,7 +202,7 @@ class _Run:
             )
             log.debug("engine plan: %s", plan)
             try:
-                engine_call(
+                summary = engine_call(
                     self.max_mem,
                     lambda budget: chunkfuse.run_plan(
                         plan,
@@ -202,6 +212,7 @@ class _Run:
                         progress=progress if self.callbacks else None,
                         # Cubed reruns whole computations itself; its arrays carry no markers.
                         resume=False,
+                        device=self.device,
                     ),
                 )
             except MemoryError as e:
@@ -211,6 +222,8 @@ class _Run:
                 return
             self.stats.engine_runs += 1
             self.stats.arrays_written += len(writes)
+            self.stats.device = summary["device"]
+            self.stats.gpu_blocks += summary["gpu_blocks"]
         progress.finish()
         for name, node in ops:
             self.stats.native_ops.append(name)

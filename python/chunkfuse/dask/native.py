@@ -553,10 +553,12 @@ class Interpreter:
 
 @dataclass
 class NativePart:
-    """What the engine computed: values of the root keys, and how many keys it covered."""
+    """What the engine computed: values of the root keys, the keys it covered, and the
+    blocks whose fused elementwise program ran on a GPU."""
 
     values: dict[Hashable, Any]
     covered: set[Hashable]
+    gpu_blocks: int = 0
 
 
 def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
@@ -623,8 +625,10 @@ def run_native(
     *,
     max_mem: int | None,
     threads: int,
+    device: str = "cpu",
 ) -> NativePart | None:
-    """Computes the graph's native part with the engine; None when nothing is native."""
+    """Computes the graph's native part with the engine (fused elementwise programs on
+    `device`); None when nothing is native."""
     if not has_zarr_arrays(graph):
         return None
     interp = Interpreter()
@@ -651,10 +655,12 @@ def run_native(
     if not roots:
         return None
     with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
-        values = _compute(interp, {k: symbols[k] for k in roots}, tmp, max_mem, threads)
+        values, gpu_blocks = _compute(
+            interp, {k: symbols[k] for k in roots}, tmp, max_mem, threads, device
+        )
     # Source arrays stay in the graph (roots never are sources): Python tasks may read them.
     covered = {k for k, s in symbols.items() if not isinstance(s, Src)}
-    return NativePart(values, covered)
+    return NativePart(values, covered, gpu_blocks)
 
 
 def _compute(
@@ -663,7 +669,8 @@ def _compute(
     tmp: str,
     max_mem: int | None,
     threads: int,
-) -> dict[Hashable, Any]:
+    device: str,
+) -> tuple[dict[Hashable, Any], int]:
     b = interp.b
     reductions: dict[tuple[Any, ...], Full] = {}
     scratch: dict[str, tuple[Full, str]] = {}
@@ -695,7 +702,9 @@ def _compute(
             raise NotNative("stores that do not cover their target")
         writes.append((parts[0].full, url, shape, None, None))
     plan = b.plan("dask", writes)
-    chunkfuse.run_plan(plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False)
+    summary = chunkfuse.run_plan(
+        plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False, device=device
+    )
     values: dict[Hashable, Any] = {}
     opened: dict[str, Any] = {}
 
@@ -721,7 +730,7 @@ def _compute(
             values[key] = sym.template
         else:
             values[key] = None
-    return values
+    return values, summary["gpu_blocks"]
 
 
 def _scratch_chunks(full: Full) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ from dask.core import flatten
 from dask.local import finish_task, start_state_from_dask
 from dask.order import order
 
+import chunkfuse
 from chunkfuse import iomode
 from chunkfuse.cubed.symbols import NotNative
 
@@ -30,6 +31,8 @@ class GetStats:
     python_tasks: int = 0
     native_tasks: int = 0
     engine_runs: int = 0
+    #: Blocks whose fused elementwise program ran on a GPU (``device="cuda"`` or ``"auto"``).
+    gpu_blocks: int = 0
     failed: list[Hashable] = field(default_factory=list)
 
 
@@ -117,16 +120,18 @@ def _run_native_part(
     stats: GetStats,
     max_mem: int | None,
     threads: int,
+    device: str,
 ) -> dict[Hashable, Any]:
     """Runs what the engine can of `graph`; returns the rest, with the engine's results as
     data nodes."""
     try:
-        part = run_native(graph, wanted, max_mem=max_mem, threads=threads)
+        part = run_native(graph, wanted, max_mem=max_mem, threads=threads, device=device)
     except NotNative:
         return graph
     if part is None:
         return graph
     stats.native_tasks = len(part.covered)
+    stats.gpu_blocks += part.gpu_blocks
     stats.engine_runs += 1
     rest = {k: v for k, v in graph.items() if k not in part.covered}
     rest.update({k: DataNode(k, v) for k, v in part.values.items()})
@@ -143,6 +148,7 @@ def get(
     max_mem: int | None = None,
     native: bool = True,
     io: str | None = None,
+    device: str = "cpu",
     **kwargs: Any,
 ) -> Any:
     """Computes ``keys`` of the Dask graph ``dsk`` (an expression, a HighLevelGraph or a
@@ -153,9 +159,12 @@ def get(
     default budget when None); ``native=False`` runs every task in Python. Python tasks run on
     ``num_workers`` threads (default: all cores). An exception raised by a task reaches the
     caller unchanged, with a note naming the task's key. ``io`` sets how local files are
-    read (see ``chunkfuse.set_io``).
+    read (see ``chunkfuse.set_io``). ``device`` is where the engine runs fused elementwise
+    programs: ``"cpu"``, ``"cuda"`` (an NVIDIA GPU; an error naming why when none can be used)
+    or ``"auto"`` (see ``chunkfuse.device_info``).
     """
     iomode.apply(io)
+    chunkfuse.device_info(device)
     raw = dsk if isinstance(dsk, Mapping) else dsk.__dask_graph__()
     check_keys(raw, keys, cache)
     wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
@@ -164,7 +173,9 @@ def get(
     workers = max(1, num_workers or os.cpu_count() or 1)
     graph: Mapping[Hashable, Any] = raw
     if native and has_zarr_arrays(raw):
-        graph = _run_native_part(as_task_graph(raw), wanted, stats, max_mem, num_workers or 0)
+        graph = _run_native_part(
+            as_task_graph(raw), wanted, stats, max_mem, num_workers or 0, device
+        )
     if callbacks is None and not Callback.active and is_lean(graph):
         # Nothing watches the run: the lean runner, without Dask's per-task bookkeeping.
         results = dict(cache or {})

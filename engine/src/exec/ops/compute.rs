@@ -11,6 +11,7 @@ use crate::array::grid::indices_in;
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::Result;
 use crate::exec::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
+use crate::kernels::device::DeviceKernel;
 use crate::kernels::eval_into;
 use crate::optimize::fuse::Fused;
 use crate::zarr::ZarrArray;
@@ -62,11 +63,14 @@ struct ComputeProcessor {
     per_encode: usize,
     /// The block's values, once computed.
     values: Option<Buffer>,
+    /// The program compiled for the run's device, when it runs elsewhere than the CPU.
+    kernel: Option<Arc<DeviceKernel>>,
 }
 
 impl ComputeProcessor {
-    /// Evaluates the fused program over the block (or takes the leaf itself for a copy).
-    fn compute_values(&mut self) -> Result<Buffer> {
+    /// Evaluates the fused program over the block (or takes the leaf itself for a copy), on
+    /// the run's device; counts blocks evaluated on a GPU in `progress`.
+    fn compute_values(&mut self, progress: &crate::exec::progress::Progress) -> Result<Buffer> {
         let region = self.assembler.region().clone();
         let dtype = self.out.dtype();
         Ok(match self.fused.plain_leaf(dtype) {
@@ -79,7 +83,15 @@ impl ComputeProcessor {
             None => {
                 let mut out = Buffer::for_overwrite(dtype, region.len() as usize);
                 let leaves = self.assembler.leaf_inputs(&self.arrays)?;
-                eval_into(&self.fused.program, &leaves, &region.shape, &mut out)?;
+                match &self.kernel {
+                    Some(kernel) if out.dtype() == self.fused.program.dtype() => {
+                        kernel.eval_into(&leaves, &region.shape, &mut out)?;
+                        progress
+                            .gpu_blocks
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    _ => eval_into(&self.fused.program, &leaves, &region.shape, &mut out)?,
+                }
                 out
             }
         })
@@ -177,7 +189,7 @@ impl Processor for ComputeProcessor {
         }
         let values = match self.values.take() {
             Some(v) => v,
-            None => self.compute_values()?,
+            None => self.compute_values(ctx.progress)?,
         };
         let writes = self.encode(&values, &self.chunks[start..end]);
         self.values = Some(values);
@@ -286,7 +298,8 @@ pub fn block_memory(
 }
 
 /// The tasks of a compute stage run by `threads` compute threads (the planner's count: their
-/// projected memory must match its).
+/// projected memory must match its), evaluating on `kernel`'s device when given.
+#[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
     arrays: Arc<Vec<Arc<ZarrArray>>>,
@@ -295,6 +308,7 @@ pub fn tasks(
     label: &str,
     batch_limit_bytes: u64,
     threads: usize,
+    kernel: Option<Arc<DeviceKernel>>,
 ) -> Result<Vec<Task>> {
     let blocks = indices_in(&block_grid(out.grid(), block));
     tasks_for_blocks(
@@ -306,6 +320,7 @@ pub fn tasks(
         label,
         batch_limit_bytes,
         threads,
+        kernel,
     )
 }
 
@@ -321,6 +336,7 @@ pub fn tasks_for_blocks(
     label: &str,
     batch_limit_bytes: u64,
     threads: usize,
+    kernel: Option<Arc<DeviceKernel>>,
 ) -> Result<Vec<Task>> {
     let threads = threads.max(1);
     blocks
@@ -364,6 +380,7 @@ pub fn tasks_for_blocks(
                     read_batches,
                     per_encode,
                     values: None,
+                    kernel: kernel.clone(),
                 }),
             })
         })

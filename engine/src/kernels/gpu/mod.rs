@@ -1,0 +1,11 @@
+//! Fused elementwise programs on NVIDIA GPUs (feature `cuda`): CUDA C generated from the
+//! register program, compiled by NVRTC at run time and launched through the driver, both
+//! loaded dynamically, so the engine builds and runs where CUDA is absent.
+
+pub mod codegen;
+mod runtime;
+
+pub use runtime::{gpu, Gpu, GpuKernel};
+
+#[cfg(test)]
+mod tests;

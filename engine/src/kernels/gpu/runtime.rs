@@ -1,0 +1,264 @@
+//! The CUDA device: opened once per process through the driver library loaded at run time,
+//! kernels compiled by NVRTC for the device's architecture and cached by source, and fused
+//! elementwise programs evaluated over a region (leaves copied in, values copied out).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::CompileOptions;
+
+use super::codegen::{kernel_source, KERNEL_NAME};
+use crate::array::grid::c_strides;
+use crate::array::{Buffer, DType};
+use crate::error::{Error, ErrorKind, Result};
+use crate::kernels::program::Program;
+use crate::kernels::region::LeafInput;
+
+/// Threads per block of the elementwise kernel.
+const BLOCK_THREADS: u32 = 256;
+/// Blocks per launch at most (the kernel strides over the rest).
+const MAX_BLOCKS: u32 = 65_535;
+
+/// An open CUDA device.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    /// `compute_XY` of the device.
+    arch: String,
+    /// The device's name, for reports.
+    name: String,
+    /// Compiled kernels by source.
+    kernels: Mutex<HashMap<String, CudaFunction>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({}, {})", self.name, self.arch)
+    }
+}
+
+fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Internal, format!("CUDA: {what}: {e}"))
+}
+
+/// The device chosen by `CHUNKFUSE_CUDA_DEVICE` (an ordinal, 0 by default), opened on first
+/// use; the reason when there is none (no driver, no NVRTC, no device).
+pub fn gpu() -> Result<&'static Gpu> {
+    static GPU: OnceLock<std::result::Result<Gpu, String>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        // cudarc panics where a library lacks a symbol; a panic here is a missing device.
+        std::panic::catch_unwind(open).unwrap_or_else(|_| Err("the CUDA driver failed".into()))
+    })
+    .as_ref()
+    .map_err(|why| {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!("device 'cuda' is not available: {why}"),
+        )
+    })
+}
+
+fn open() -> std::result::Result<Gpu, String> {
+    // SAFETY: probing loads the libraries by name and calls nothing in them.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no CUDA driver library (libcuda.so) was found".into());
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(
+            "NVRTC (libnvrtc.so), which compiles the kernels, was not found: add the \
+                    CUDA toolkit's lib64 to LD_LIBRARY_PATH"
+                .into(),
+        );
+    }
+    let ordinal = match std::env::var("CHUNKFUSE_CUDA_DEVICE") {
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("CHUNKFUSE_CUDA_DEVICE={v:?} is not a device ordinal"))?,
+        Err(_) => 0,
+    };
+    let count = CudaContext::device_count().map_err(|e| format!("no CUDA device ({e})"))?;
+    if count <= 0 {
+        return Err("no CUDA device".into());
+    }
+    if ordinal >= count as usize {
+        return Err(format!(
+            "device {ordinal} asked for (CHUNKFUSE_CUDA_DEVICE), {count} present"
+        ));
+    }
+    let ctx =
+        CudaContext::new(ordinal).map_err(|e| format!("cannot open device {ordinal}: {e}"))?;
+    use cudarc::driver::sys::CUdevice_attribute::*;
+    let major = ctx
+        .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .map_err(|e| e.to_string())?;
+    let minor = ctx
+        .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        .map_err(|e| e.to_string())?;
+    let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+    Ok(Gpu {
+        ctx,
+        arch: format!("compute_{major}{minor}"),
+        name,
+        kernels: Mutex::new(HashMap::new()),
+    })
+}
+
+/// A fused elementwise program compiled for the device.
+#[derive(Debug, Clone)]
+pub struct GpuKernel {
+    gpu: &'static Gpu,
+    func: CudaFunction,
+    leaf_dtypes: Vec<DType>,
+    out_dtype: DType,
+    rank: usize,
+}
+
+impl Gpu {
+    /// The device's name and architecture.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.name, self.arch)
+    }
+
+    /// `prog` compiled for regions of rank `rank` whose leaves have `leaf_dtypes`; `None`
+    /// when the program has no GPU form (it runs on the CPU).
+    pub fn compile(
+        &'static self,
+        prog: &Program,
+        leaf_dtypes: &[DType],
+        rank: usize,
+    ) -> Result<Option<GpuKernel>> {
+        let Some(src) = kernel_source(prog, leaf_dtypes, rank) else {
+            return Ok(None);
+        };
+        let mut cache = self
+            .kernels
+            .lock()
+            .map_err(|_| Error::internal("GPU kernel cache poisoned"))?;
+        let func = match cache.get(&src) {
+            Some(f) => f.clone(),
+            None => {
+                let opts = CompileOptions {
+                    // IEEE results, as the CPU computes them: no fused multiply-adds, no
+                    // flushing of subnormals, exact division and square root.
+                    fmad: Some(false),
+                    ftz: Some(false),
+                    prec_div: Some(true),
+                    prec_sqrt: Some(true),
+                    options: vec![format!("--gpu-architecture={}", self.arch)],
+                    ..Default::default()
+                };
+                let ptx = cudarc::nvrtc::compile_ptx_with_opts(&src, opts)
+                    .map_err(|e| cuda_error("compiling a fused kernel", e))?;
+                let module = self
+                    .ctx
+                    .load_module(ptx)
+                    .map_err(|e| cuda_error("loading a fused kernel", e))?;
+                let f = module
+                    .load_function(KERNEL_NAME)
+                    .map_err(|e| cuda_error("loading a fused kernel", e))?;
+                cache.insert(src, f.clone());
+                f
+            }
+        };
+        Ok(Some(GpuKernel {
+            gpu: self,
+            func,
+            leaf_dtypes: leaf_dtypes.to_vec(),
+            out_dtype: prog.dtype(),
+            rank,
+        }))
+    }
+}
+
+impl GpuKernel {
+    /// Evaluates the program over a region of `shape` into `out` (C order): each leaf's
+    /// values that the region reaches are copied to the device, the kernel runs, the values
+    /// come back.
+    pub fn eval_into(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
+        if shape.len() != self.rank
+            || leaves.len() != self.leaf_dtypes.len()
+            || out.dtype() != self.out_dtype
+            || leaves
+                .iter()
+                .zip(&self.leaf_dtypes)
+                .any(|(l, d)| l.buf.dtype() != *d || l.strides.len() != self.rank)
+        {
+            return Err(Error::internal(
+                "GPU kernel called with leaves or output it was not compiled for",
+            ));
+        }
+        let n: u64 = shape.iter().product();
+        if n == 0 {
+            return Ok(());
+        }
+        let stream = self
+            .gpu
+            .ctx
+            .new_stream()
+            .map_err(|e| cuda_error("creating a stream", e))?;
+        let out_strides = c_strides(shape);
+        let mut geom: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let mut device_leaves = Vec::with_capacity(leaves.len());
+        for leaf in leaves {
+            let item = leaf.buf.dtype().size();
+            // The elements the region reaches: from its origin to its last value.
+            let last = leaf.offset
+                + shape
+                    .iter()
+                    .zip(&leaf.strides)
+                    .map(|(&s, &st)| (s as usize - 1) * st)
+                    .sum::<usize>();
+            let bytes = leaf
+                .buf
+                .bytes()
+                .get(leaf.offset * item..(last + 1) * item)
+                .ok_or_else(|| Error::internal("GPU leaf reaches past its buffer"))?;
+            let contiguous = leaf
+                .strides
+                .iter()
+                .zip(&out_strides)
+                .all(|(&a, &b)| a as u64 == b);
+            geom.push(0);
+            geom.push(contiguous as i64);
+            geom.extend(leaf.strides.iter().map(|&s| s as i64));
+            device_leaves.push(
+                stream
+                    .clone_htod(bytes)
+                    .map_err(|e| cuda_error("copying a leaf to the device", e))?,
+            );
+        }
+        let geom_dev = stream
+            .clone_htod(&geom)
+            .map_err(|e| cuda_error("copying a region's shape to the device", e))?;
+        let out_bytes = out.bytes_mut();
+        // SAFETY: every byte is written by the kernel before it is copied back.
+        let mut out_dev = unsafe { stream.alloc::<u8>(out_bytes.len()) }
+            .map_err(|e| cuda_error("allocating an output", e))?;
+        let blocks = n.div_ceil(BLOCK_THREADS as u64).min(MAX_BLOCKS as u64) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.func);
+        launch.arg(&mut out_dev);
+        for l in &device_leaves {
+            launch.arg(l);
+        }
+        launch.arg(&geom_dev);
+        launch.arg(&n);
+        // SAFETY: the arguments match the generated kernel's parameters: the output, one
+        // pointer per leaf, the geometry and the count; the geometry keeps every index in
+        // the leaves' copied spans.
+        unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launching a fused kernel", e))?;
+        stream
+            .memcpy_dtoh(&out_dev, out_bytes)
+            .map_err(|e| cuda_error("copying values back", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| cuda_error("running a fused kernel", e))?;
+        Ok(())
+    }
+}
