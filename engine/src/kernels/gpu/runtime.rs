@@ -41,6 +41,19 @@ fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("CUDA: {what}: {e}"))
 }
 
+/// `f()`, with a panic inside cudarc (it panics where a loaded library lacks a symbol, as an
+/// older driver or NVRTC may) turned into an error naming `what`.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("the CUDA libraries failed");
+        Err(cuda_error(what, why))
+    })
+}
+
 /// The device chosen by `CHUNKFUSE_CUDA_DEVICE` (an ordinal, 0 by default), opened on first
 /// use; the reason when there is none (no driver, no NVRTC, no device).
 pub fn gpu() -> Result<&'static Gpu> {
@@ -129,6 +142,17 @@ impl Gpu {
         leaf_dtypes: &[DType],
         rank: usize,
     ) -> Result<Option<GpuKernel>> {
+        guarded("compiling a fused kernel", || {
+            self.compile_unguarded(prog, leaf_dtypes, rank)
+        })
+    }
+
+    fn compile_unguarded(
+        &'static self,
+        prog: &Program,
+        leaf_dtypes: &[DType],
+        rank: usize,
+    ) -> Result<Option<GpuKernel>> {
         let Some(src) = kernel_source(prog, leaf_dtypes, rank) else {
             return Ok(None);
         };
@@ -177,6 +201,12 @@ impl GpuKernel {
     /// values that the region reaches are copied to the device, the kernel runs, the values
     /// come back.
     pub fn eval_into(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
+        guarded("running a fused kernel", || {
+            self.eval_unguarded(leaves, shape, out)
+        })
+    }
+
+    fn eval_unguarded(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
         if shape.len() != self.rank
             || leaves.len() != self.leaf_dtypes.len()
             || out.dtype() != self.out_dtype
