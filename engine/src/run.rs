@@ -648,14 +648,17 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 )
             }
             _ => {
-                let (mut name, mut tasks) = stage_tasks(
-                    stage,
-                    &arrays,
-                    batch_limit,
-                    task_share,
-                    workers,
-                    &engine.placement,
-                )?;
+                let tasks_of = || {
+                    stage_tasks(
+                        stage,
+                        &arrays,
+                        batch_limit,
+                        task_share,
+                        workers,
+                        &engine.placement,
+                    )
+                };
+                let (mut name, mut tasks) = tasks_of()?;
                 // Small arrays that the stage's tasks would each read again are loaded once
                 // and shared; the stage's tasks must still fit beside them.
                 let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
@@ -665,14 +668,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 if !load.is_empty() && engine.check_fits(&load).is_ok() {
                     progress.add_tasks(load.len() as u64);
                     engine.scheduler.run(load)?;
-                    (name, tasks) = stage_tasks(
-                        stage,
-                        &arrays,
-                        batch_limit,
-                        task_share,
-                        workers,
-                        &engine.placement,
-                    )?;
+                    (name, tasks) = tasks_of()?;
                 }
                 if let Some(out) = resumed_out {
                     let total = tasks.len();
