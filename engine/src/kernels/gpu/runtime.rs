@@ -41,17 +41,21 @@ fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("CUDA: {what}: {e}"))
 }
 
-/// `f()`, with a panic inside cudarc (it panics where a loaded library lacks a symbol, as an
-/// older driver or NVRTC may) turned into an error naming `what`.
+/// The message of a panic inside cudarc (it panics where a loaded library lacks a symbol, as
+/// an older driver or NVRTC may).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("the CUDA libraries failed")
+        .to_string()
+}
+
+/// `f()`, with a panic inside cudarc turned into an error naming `what`.
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("the CUDA libraries failed");
-        Err(cuda_error(what, why))
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|panic| Err(cuda_error(what, panic_message(panic.as_ref()))))
 }
 
 /// The device chosen by `CHUNKFUSE_CUDA_DEVICE` (an ordinal, 0 by default), opened on first
@@ -59,8 +63,8 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
 pub fn gpu() -> Result<&'static Gpu> {
     static GPU: OnceLock<std::result::Result<Gpu, String>> = OnceLock::new();
     GPU.get_or_init(|| {
-        // cudarc panics where a library lacks a symbol; a panic here is a missing device.
-        std::panic::catch_unwind(open).unwrap_or_else(|_| Err("the CUDA driver failed".into()))
+        // A panic here (a library lacking a symbol) means no usable device.
+        std::panic::catch_unwind(open).unwrap_or_else(|panic| Err(panic_message(panic.as_ref())))
     })
     .as_ref()
     .map_err(|why| {
