@@ -240,3 +240,40 @@ def test_dask_get_checks_the_device(tmp_path: Path) -> None:
     if GPU_ERROR is not None:
         with pytest.raises(RuntimeError, match="device 'cuda' is not available"):
             (x + 1).compute(scheduler=get, device="cuda")
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@needs_gpu
+def test_cuda_keeps_peak_memory_under_the_budget(tmp_path: Path) -> None:
+    # 1 GiB in, 1 GiB out, under a 640 MB budget that also holds the driver and the pinned
+    # transfer buffers.
+    steps, rows, cols = 64, 2048, 2048
+    src = tmp_path / "big.zarr"
+    _write_array(src, np.zeros((1, rows, cols), np.float32), (1, rows, cols))
+    meta = json.loads((src / "zarr.json").read_text())
+    meta["shape"][0] = steps
+    (src / "zarr.json").write_text(json.dumps(meta))
+    block = np.arange(rows * cols, dtype="<f4").reshape(rows, cols)
+    for t in range(steps):
+        (src / "c" / str(t) / "0").mkdir(parents=True, exist_ok=True)
+        (src / "c" / str(t) / "0" / "0").write_bytes((block + t).tobytes())
+    budget = 640_000_000
+    before = _resident_bytes()
+    summary = chunkfuse.run_plan(
+        _plan(_call("add", _call("multiply", X, 2), 1), ["in0"]),
+        {"in0": str(src), "target": str(tmp_path / "out.zarr")},
+        device="cuda",
+        max_mem=budget,
+        threads=4,
+    )
+    assert summary["gpu_blocks"] == steps
+    assert summary["peak_rss"] <= before + budget, (summary["peak_rss"], before)
+    got = chunkfuse.read(str(tmp_path / "out.zarr"), (slice(steps - 1, steps),))
+    np.testing.assert_array_equal(got[0], (block + (steps - 1)) * 2 + 1)

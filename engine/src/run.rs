@@ -479,7 +479,27 @@ impl Engine {
         crate::exec::memory::scale_allocator_to_budget(max_mem);
         let pool_bytes = (max_mem / 8).min(256 << 20);
         crate::array::pool::set_capacity(pool_bytes);
-        let task_budget = max_mem - pool_bytes;
+        // A GPU's driver memory and transfer buffers are held for the whole run.
+        let threads = match opts.threads {
+            0 => rayon::current_num_threads(),
+            t => t,
+        };
+        let device_bytes = placement.host_bytes(threads);
+        let task_budget = (max_mem - pool_bytes)
+            .checked_sub(device_bytes)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                Error::new(
+                    crate::error::ErrorKind::Memory,
+                    format!(
+                        "the budget of {} cannot hold what the GPU keeps in host memory ({}: \
+                         its driver, and pinned transfer buffers for {} threads)",
+                        crate::exec::memory::human_bytes(max_mem),
+                        crate::exec::memory::human_bytes(device_bytes),
+                        threads
+                    ),
+                )
+            })?;
         let scheduler = Scheduler::new(
             opts.threads,
             Budget::lending_to_pool(task_budget),

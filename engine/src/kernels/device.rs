@@ -79,6 +79,21 @@ impl Placement {
         }
     }
 
+    /// Host memory the device holds for a run on `threads` compute threads: what the driver
+    /// took when it opened, and each thread's pinned transfer buffers.
+    pub fn host_bytes(&self, threads: usize) -> u64 {
+        match self {
+            Placement::Cpu => {
+                let _ = threads;
+                0
+            }
+            #[cfg(feature = "cuda")]
+            Placement::Gpu(g) => {
+                g.driver_bytes() + super::gpu::PINNED_BYTES_PER_THREAD * threads as u64
+            }
+        }
+    }
+
     /// `cpu`, or `cuda: NAME (compute_XY)`.
     pub fn describe(&self) -> String {
         match self {

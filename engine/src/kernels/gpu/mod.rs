@@ -4,8 +4,10 @@
 
 pub mod codegen;
 mod runtime;
+mod staging;
 
 pub use runtime::{gpu, Gpu, GpuKernel};
+pub use staging::PINNED_BYTES_PER_THREAD;
 
 #[cfg(test)]
 mod tests;

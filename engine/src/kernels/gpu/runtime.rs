@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig, PushKernelArg};
+
+use super::staging::with_staging;
 use cudarc::nvrtc::CompileOptions;
 
 use super::codegen::{kernel_source, KERNEL_NAME};
@@ -29,6 +31,8 @@ pub struct Gpu {
     name: String,
     /// Compiled kernels by source.
     kernels: Mutex<HashMap<String, CudaFunction>>,
+    /// Resident memory that opening the device and NVRTC took.
+    driver_bytes: u64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -37,7 +41,8 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
+/// A CUDA failure while doing `what`.
+pub(super) fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("CUDA: {what}: {e}"))
 }
 
@@ -104,6 +109,7 @@ fn open() -> std::result::Result<Gpu, String> {
             "device {ordinal} asked for (CHUNKFUSE_CUDA_DEVICE), {count} present"
         ));
     }
+    let before = resident_bytes();
     let ctx =
         CudaContext::new(ordinal).map_err(|e| format!("cannot open device {ordinal}: {e}"))?;
     use cudarc::driver::sys::CUdevice_attribute::*;
@@ -114,12 +120,47 @@ fn open() -> std::result::Result<Gpu, String> {
         .attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
         .map_err(|e| e.to_string())?;
     let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+    let arch = format!("compute_{major}{minor}");
+    // Compile one kernel now: NVRTC failing is reported before anything runs, and the
+    // memory the driver and NVRTC take is measured with the context's.
+    compile_ptx(WARM_UP_KERNEL, &arch).map_err(|e| format!("NVRTC cannot compile: {e}"))?;
     Ok(Gpu {
         ctx,
-        arch: format!("compute_{major}{minor}"),
+        arch,
         name,
         kernels: Mutex::new(HashMap::new()),
+        driver_bytes: resident_bytes().saturating_sub(before),
     })
+}
+
+/// A kernel compiled when the device opens.
+const WARM_UP_KERNEL: &str = "extern \"C\" __global__ void cf_warm_up(int* x) { *x = 1; }";
+
+/// This process's resident memory in bytes (`VmRSS`), 0 where unknown.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// `src` compiled to PTX for `arch` with the IEEE options the engine's kernels need.
+fn compile_ptx(src: &str, arch: &str) -> std::result::Result<cudarc::nvrtc::Ptx, String> {
+    let opts = CompileOptions {
+        // IEEE results, as the CPU computes them: no fused multiply-adds, no flushing of
+        // subnormals, exact division and square root.
+        fmad: Some(false),
+        ftz: Some(false),
+        prec_div: Some(true),
+        prec_sqrt: Some(true),
+        options: vec![format!("--gpu-architecture={arch}")],
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| e.to_string())
 }
 
 /// A fused elementwise program compiled for the device.
@@ -136,6 +177,12 @@ impl Gpu {
     /// The device's name and architecture.
     pub fn describe(&self) -> String {
         format!("{} ({})", self.name, self.arch)
+    }
+
+    /// Resident host memory the CUDA driver and NVRTC took when the device opened (a run's
+    /// budget sets it aside).
+    pub fn driver_bytes(&self) -> u64 {
+        self.driver_bytes
     }
 
     /// `prog` compiled for regions of rank `rank` whose leaves have `leaf_dtypes`; `None`
@@ -167,17 +214,7 @@ impl Gpu {
         let func = match cache.get(&src) {
             Some(f) => f.clone(),
             None => {
-                let opts = CompileOptions {
-                    // IEEE results, as the CPU computes them: no fused multiply-adds, no
-                    // flushing of subnormals, exact division and square root.
-                    fmad: Some(false),
-                    ftz: Some(false),
-                    prec_div: Some(true),
-                    prec_sqrt: Some(true),
-                    options: vec![format!("--gpu-architecture={}", self.arch)],
-                    ..Default::default()
-                };
-                let ptx = cudarc::nvrtc::compile_ptx_with_opts(&src, opts)
+                let ptx = compile_ptx(&src, &self.arch)
                     .map_err(|e| cuda_error("compiling a fused kernel", e))?;
                 let module = self
                     .ctx
@@ -202,8 +239,8 @@ impl Gpu {
 
 impl GpuKernel {
     /// Evaluates the program over a region of `shape` into `out` (C order): each leaf's
-    /// values that the region reaches are copied to the device, the kernel runs, the values
-    /// come back.
+    /// values that the region reaches are copied to the device (through this thread's pinned
+    /// buffers), the kernel runs, the values come back.
     pub fn eval_into(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
         guarded("running a fused kernel", || {
             self.eval_unguarded(leaves, shape, out)
@@ -227,14 +264,9 @@ impl GpuKernel {
         if n == 0 {
             return Ok(());
         }
-        let stream = self
-            .gpu
-            .ctx
-            .new_stream()
-            .map_err(|e| cuda_error("creating a stream", e))?;
         let out_strides = c_strides(shape);
         let mut geom: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-        let mut device_leaves = Vec::with_capacity(leaves.len());
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(leaves.len() + 1);
         for leaf in leaves {
             let item = leaf.buf.dtype().size();
             // The elements the region reaches: from its origin to its last value.
@@ -257,42 +289,30 @@ impl GpuKernel {
             geom.push(0);
             geom.push(contiguous as i64);
             geom.extend(leaf.strides.iter().map(|&s| s as i64));
-            device_leaves.push(
-                stream
-                    .clone_htod(bytes)
-                    .map_err(|e| cuda_error("copying a leaf to the device", e))?,
-            );
+            parts.push(bytes);
         }
-        let geom_dev = stream
-            .clone_htod(&geom)
-            .map_err(|e| cuda_error("copying a region's shape to the device", e))?;
-        let out_bytes = out.bytes_mut();
-        // SAFETY: every byte is written by the kernel before it is copied back.
-        let mut out_dev = unsafe { stream.alloc::<u8>(out_bytes.len()) }
-            .map_err(|e| cuda_error("allocating an output", e))?;
+        parts.push(bytemuck::cast_slice(&geom));
         let blocks = n.div_ceil(BLOCK_THREADS as u64).min(MAX_BLOCKS as u64) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (BLOCK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.func);
-        launch.arg(&mut out_dev);
-        for l in &device_leaves {
-            launch.arg(l);
-        }
-        launch.arg(&geom_dev);
-        launch.arg(&n);
-        // SAFETY: the arguments match the generated kernel's parameters: the output, one
-        // pointer per leaf, the geometry and the count; the geometry keeps every index in
-        // the leaves' copied spans.
-        unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launching a fused kernel", e))?;
-        stream
-            .memcpy_dtoh(&out_dev, out_bytes)
-            .map_err(|e| cuda_error("copying values back", e))?;
-        stream
-            .synchronize()
-            .map_err(|e| cuda_error("running a fused kernel", e))?;
-        Ok(())
+        with_staging(&self.gpu.ctx, |staging| {
+            let addresses = staging.upload(&parts)?;
+            let out_bytes = out.bytes_mut();
+            let out_dev = staging.output(out_bytes.len())?;
+            let mut launch = staging.stream().launch_builder(&self.func);
+            launch.arg(&out_dev);
+            for address in &addresses {
+                launch.arg(address);
+            }
+            launch.arg(&n);
+            // SAFETY: the arguments match the generated kernel's parameters: the output, one
+            // pointer per leaf, the geometry and the count; the output buffer holds the
+            // region's values and the geometry keeps every index in the leaves' spans.
+            unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launching a fused kernel", e))?;
+            staging.download(out_dev, out_bytes)
+        })
     }
 }
