@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig, PushKernelArg};
-
-use super::staging::with_staging;
 use cudarc::nvrtc::CompileOptions;
 
 use super::codegen::{kernel_source, KERNEL_NAME};
+use super::staging::with_staging;
 use crate::array::grid::c_strides;
 use crate::array::{Buffer, DType};
 use crate::error::{Error, ErrorKind, Result};
