@@ -63,6 +63,8 @@ SUMMARY_KEYS: dict[str, type | tuple[type, ...]] = {
     "peak_rss": int,
     "max_mem": int,
     "outputs": list,
+    "device": str,
+    "gpu_blocks": int,
 }
 
 Plan = dict[str, Any]

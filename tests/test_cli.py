@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,37 @@ def test_a_small_array_every_task_reads_is_decoded_once(
     # does), so it may differ from the float64 mean by an ulp of the mean.
     ulp = np.spacing(np.abs(reference).astype(np.float32))
     np.testing.assert_allclose(result, want, rtol=0, atol=2 * float(np.nanmax(ulp)))
+
+
+def test_run_device_flag(run_plan: RunPlan, tmp_path: Path) -> None:
+    data = smooth((4, 6, 8))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (2, 6, 8))
+    target = tmp_path / "out.zarr"
+    plan = {
+        "name": "device-check",
+        "arrays": [{"id": "x", "zarr": str(src)}],
+        "ops": [
+            {
+                "id": "y",
+                "op": "elementwise",
+                "inputs": ["x"],
+                "expr": {"op": "add", "args": [{"input": 0}, {"const": 1}]},
+            },
+            {"id": "out", "op": "write", "input": "y", "target": str(target)},
+        ],
+    }
+    bad = run_plan(plan, {}, expect_rc=2, extra_args=["--device", "tpu"])
+    assert 'at --device: unknown device "tpu": expected cpu, cuda or auto' in bad["stderr"]
+    assert not target.exists()
+    # auto: the GPU when one can be used, else the CPU; the same values either way.
+    auto = run_plan(plan, {}, threads=2, extra_args=["--device", "auto"])
+    assert_same_array(read_zarr(target), data + np.float32(1))
+    if auto["device"] == "cpu":
+        assert auto["gpu_blocks"] == 0
+        shutil.rmtree(target)
+        cuda = run_plan(plan, {}, expect_rc=2, extra_args=["--device", "cuda"])
+        assert "device 'cuda' is not available: " in cuda["stderr"], cuda["stderr"]
+        assert not target.exists()
+    else:
+        assert auto["device"].startswith("cuda: ") and auto["gpu_blocks"] > 0, auto
