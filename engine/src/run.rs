@@ -366,7 +366,6 @@ fn skip_done(tasks: &mut Vec<crate::exec::Task>, out: &ZarrArray) -> Result<usiz
     Ok(before - tasks.len())
 }
 
-/// The description of a compute stage `label` of blocks of `block` output chunks.
 /// The compute stage value `input` compiled for `placement`, when it runs off the CPU.
 fn device_kernel(placement: &Placement, input: &Fused) -> Result<Option<Arc<DeviceKernel>>> {
     let leaf_dtypes: Vec<_> = input.leaves.iter().map(|l| l.dtype).collect();
@@ -375,6 +374,7 @@ fn device_kernel(placement: &Placement, input: &Fused) -> Result<Option<Arc<Devi
         .map(Arc::new))
 }
 
+/// The description of a compute stage `label` of blocks of `block` output chunks.
 fn compute_stage_name(label: &str, block: &[u64]) -> String {
     format!("{label} (blocks of {block:?} chunks)")
 }

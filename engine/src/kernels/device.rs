@@ -133,6 +133,18 @@ pub struct DeviceKernel {
 }
 
 impl DeviceKernel {
+    /// Whether the kernel takes these leaves and output over a region of `shape` (else the
+    /// CPU evaluates the block).
+    pub fn accepts(&self, leaves: &[LeafInput], shape: &[u64], out: &Buffer) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.inner.accepts(leaves, shape, out);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (leaves, shape, out);
+            false
+        }
+    }
+
     /// Evaluates the program over a region of `shape` into `out` (C order).
     pub fn eval_into(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
         #[cfg(feature = "cuda")]

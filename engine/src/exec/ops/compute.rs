@@ -84,7 +84,7 @@ impl ComputeProcessor {
                 let mut out = Buffer::for_overwrite(dtype, region.len() as usize);
                 let leaves = self.assembler.leaf_inputs(&self.arrays)?;
                 match &self.kernel {
-                    Some(kernel) if out.dtype() == self.fused.program.dtype() => {
+                    Some(kernel) if kernel.accepts(&leaves, &region.shape, &out) => {
                         kernel.eval_into(&leaves, &region.shape, &mut out)?;
                         progress
                             .gpu_blocks

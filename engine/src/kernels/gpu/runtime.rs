@@ -246,15 +246,19 @@ impl GpuKernel {
         })
     }
 
-    fn eval_unguarded(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
-        if shape.len() != self.rank
-            || leaves.len() != self.leaf_dtypes.len()
-            || out.dtype() != self.out_dtype
-            || leaves
+    /// Whether the kernel was compiled for these leaves, this region's rank and this output.
+    pub fn accepts(&self, leaves: &[LeafInput], shape: &[u64], out: &Buffer) -> bool {
+        shape.len() == self.rank
+            && leaves.len() == self.leaf_dtypes.len()
+            && out.dtype() == self.out_dtype
+            && leaves
                 .iter()
                 .zip(&self.leaf_dtypes)
-                .any(|(l, d)| l.buf.dtype() != *d || l.strides.len() != self.rank)
-        {
+                .all(|(l, d)| l.buf.dtype() == *d && l.strides.len() == self.rank)
+    }
+
+    fn eval_unguarded(&self, leaves: &[LeafInput], shape: &[u64], out: &mut Buffer) -> Result<()> {
+        if !self.accepts(leaves, shape, out) {
             return Err(Error::internal(
                 "GPU kernel called with leaves or output it was not compiled for",
             ));
