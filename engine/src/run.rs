@@ -481,7 +481,7 @@ impl Engine {
         crate::array::pool::set_capacity(pool_bytes);
         // A GPU's driver memory and transfer buffers are held for the whole run.
         let threads = match opts.threads {
-            0 => rayon::current_num_threads(),
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             t => t,
         };
         let device_bytes = placement.host_bytes(threads);
