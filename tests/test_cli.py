@@ -152,24 +152,29 @@ def test_rechunk_cli_from_v2_and_sharded(cli: Cli, tmp_path: Path) -> None:
     assert_same_array(read_zarr(back), data)
 
 
-def test_run_summary(run_plan: RunPlan, tmp_path: Path) -> None:
-    data = smooth((8, 10, 12))
-    src = tmp_path / "src.zarr"
-    write_v3(src, data, (2, 5, 12))
-    target = tmp_path / "out.zarr"
-    plan = {
-        "name": "summary-check",
+def one_op_plan(name: str, src: Path, target: Path, op: str, const: float) -> dict[str, Any]:
+    """The plan writing ``op(x, const)`` of the array at ``src`` to ``target``."""
+    return {
+        "name": name,
         "arrays": [{"id": "x", "zarr": str(src)}],
         "ops": [
             {
                 "id": "y",
                 "op": "elementwise",
                 "inputs": ["x"],
-                "expr": {"op": "multiply", "args": [{"input": 0}, {"const": 3}]},
+                "expr": {"op": op, "args": [{"input": 0}, {"const": const}]},
             },
             {"id": "out", "op": "write", "input": "y", "target": str(target)},
         ],
     }
+
+
+def test_run_summary(run_plan: RunPlan, tmp_path: Path) -> None:
+    data = smooth((8, 10, 12))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (2, 5, 12))
+    target = tmp_path / "out.zarr"
+    plan = one_op_plan("summary-check", src, target, "multiply", 3)
     summary = run_plan(plan, {}, max_mem="64MB", threads=2)
     assert summary["plan"], summary
     assert summary["max_mem"] in (64 * 10**6, 64 * 1024**2), summary["max_mem"]
@@ -291,19 +296,7 @@ def test_run_device_flag(run_plan: RunPlan, tmp_path: Path) -> None:
     src = tmp_path / "src.zarr"
     write_v3(src, data, (2, 6, 8))
     target = tmp_path / "out.zarr"
-    plan = {
-        "name": "device-check",
-        "arrays": [{"id": "x", "zarr": str(src)}],
-        "ops": [
-            {
-                "id": "y",
-                "op": "elementwise",
-                "inputs": ["x"],
-                "expr": {"op": "add", "args": [{"input": 0}, {"const": 1}]},
-            },
-            {"id": "out", "op": "write", "input": "y", "target": str(target)},
-        ],
-    }
+    plan = one_op_plan("device-check", src, target, "add", 1)
     bad = run_plan(plan, {}, expect_rc=2, extra_args=["--device", "tpu"])
     assert 'at --device: unknown device "tpu": expected cpu, cuda or auto' in bad["stderr"]
     assert not target.exists()

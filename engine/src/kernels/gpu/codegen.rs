@@ -320,9 +320,10 @@ __device__ __forceinline__ u64 cf_f2u_wrapping(double x) {
 /// The CUDA C source of `prog` over regions of rank `rank`, writing `out` values of the
 /// program's dtype; `None` when some instruction has no GPU form (see the module docs).
 ///
-/// The kernel `cf_eval(out, leaf0, …, geom, n)` evaluates `n` values. `geom` holds the
-/// region's shape (`rank` values), then for every leaf its element offset, a flag (1 when
-/// it is laid out as the output, C-contiguous) and its `rank` element strides.
+/// The kernel `cf_eval(out, leaf0, …, geom, general, n)` evaluates `n` values; each leaf
+/// points at the element of the region's origin. `geom` holds the region's shape (`rank`
+/// values), then every leaf's `rank` element strides; they are read only when `general` is
+/// set, else every leaf is laid out as the output (C-contiguous) and value `i` is element `i`.
 pub fn kernel_source(prog: &Program, leaf_dtypes: &[DType], rank: usize) -> Option<String> {
     let out_dtype = prog.dtype();
     let out_store = storage_type(out_dtype)?;
@@ -375,28 +376,24 @@ pub fn kernel_source(prog: &Program, leaf_dtypes: &[DType], rank: usize) -> Opti
     let _ = writeln!(
         src,
         "extern \"C\" __global__ void {KERNEL_NAME}({out_store}* __restrict__ out{params}, \
-         const i64* __restrict__ geom, u64 n) {{"
+         const i64* __restrict__ geom, int general, u64 n) {{"
     );
     let _ = writeln!(src, "    const int R = {rank};");
-    let _ = writeln!(src, "    const int L = {leaves};");
-    src.push_str(
-        "    bool general = false;\n    for (int l = 0; l < L; ++l) { general |= geom[R + l * (R + 2) + 1] == 0; }\n",
-    );
     src.push_str(
         "    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {\n",
     );
     for l in 0..leaves {
-        let _ = writeln!(src, "        i64 o{l} = geom[R + {l} * (R + 2)];");
+        let _ = writeln!(src, "        i64 o{l} = 0;");
     }
     src.push_str("        if (!general) {\n");
     for l in 0..leaves {
-        let _ = writeln!(src, "            o{l} += (i64)i;");
+        let _ = writeln!(src, "            o{l} = (i64)i;");
     }
     src.push_str("        } else {\n            u64 rem = i;\n            for (int d = R - 1; d >= 0; --d) {\n                u64 ix = rem % (u64)geom[d];\n                rem /= (u64)geom[d];\n");
     for l in 0..leaves {
         let _ = writeln!(
             src,
-            "                o{l} += (i64)ix * geom[R + {l} * (R + 2) + 2 + d];"
+            "                o{l} += (i64)ix * geom[R + {l} * R + d];"
         );
     }
     src.push_str("            }\n        }\n");

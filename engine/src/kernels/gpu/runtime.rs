@@ -269,6 +269,8 @@ impl GpuKernel {
         }
         let out_strides = c_strides(shape);
         let mut geom: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        // Unless some leaf is laid out otherwise than the output, value `i` is element `i`.
+        let mut general = 0i32;
         let mut parts: Vec<&[u8]> = Vec::with_capacity(leaves.len() + 1);
         for leaf in leaves {
             let item = leaf.buf.dtype().size();
@@ -289,8 +291,7 @@ impl GpuKernel {
                 .iter()
                 .zip(&out_strides)
                 .all(|(&a, &b)| a as u64 == b);
-            geom.push(0);
-            geom.push(contiguous as i64);
+            general |= i32::from(!contiguous);
             geom.extend(leaf.strides.iter().map(|&s| s as i64));
             parts.push(bytes);
         }
@@ -310,9 +311,10 @@ impl GpuKernel {
             for address in &addresses {
                 launch.arg(address);
             }
+            launch.arg(&general);
             launch.arg(&n);
             // SAFETY: the arguments match the generated kernel's parameters: the output, one
-            // pointer per leaf, the geometry and the count; the output buffer holds the
+            // pointer per leaf (at the region's origin), the geometry, its flag and the count; the output buffer holds the
             // region's values and the geometry keeps every index in the leaves' spans.
             unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launching a fused kernel", e))?;
             staging.download(out_dev, out_bytes)
