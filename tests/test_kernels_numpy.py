@@ -707,10 +707,12 @@ REDUCE_FUNCS = (
     "nanmean",
     "nanmin",
     "nanmax",
+    "nanvar",
+    "nanstd",
 )
 ORDER_FUNCS = {"min", "max", "argmin", "argmax", "nanmin", "nanmax"}
 EXACT_FUNCS = ORDER_FUNCS | {"any", "all"}
-NAN_FUNCS = {"nansum", "nanmean", "nanmin", "nanmax"}
+NAN_FUNCS = {"nansum", "nanmean", "nanmin", "nanmax", "nanvar", "nanstd"}
 
 
 @dataclass
@@ -782,6 +784,9 @@ def reductions(draw: st.DrawFn, shape: tuple[int, ...], kind: str) -> Reduction:
     ddof = None
     if func in ("var", "std"):
         ddof = draw(st.sampled_from([0, 1])) if reduced_count(shape, axes) >= 2 else 0
+    elif func in ("nanvar", "nanstd"):
+        # Lanes left with ddof or fewer values are NaN in numpy: any ddof is defined.
+        ddof = draw(st.sampled_from([0, 1, 2]))
     dtype = None
     if func in ("sum", "prod", "mean") and draw(st.integers(0, 3)) == 0:
         if func == "mean":
@@ -827,7 +832,7 @@ def reduction_tolerance(red: Reduction, x: np.ndarray, result: np.ndarray) -> np
     elif red.func == "prod":
         with np.errstate(all="ignore"):
             scale = np.abs(np.prod(wide, axis=axis, keepdims=red.keepdims))
-    else:  # var, std: compared as variances
+    else:  # var, std, nanvar, nanstd: compared as variances
         scale = 4 * (mag**2).mean(axis=axis, keepdims=red.keepdims)
     return rel * np.asarray(scale) + tiny
 
@@ -842,7 +847,7 @@ def compare_reduction(red: Reduction, x: np.ndarray, result: np.ndarray, ref: np
         return
     got = result.astype(np.complex128 if result.dtype.kind == "c" else np.float64)
     want = ref.astype(got.dtype)
-    if red.func == "std":
+    if red.func in ("std", "nanstd"):
         got, want = got**2, want**2
     assert np.array_equal(np.isnan(got), np.isnan(want)), f"{label}: NaN positions\n{got}\n{want}"
     finite = np.isfinite(want)

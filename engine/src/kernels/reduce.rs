@@ -107,10 +107,10 @@ impl Accumulator {
             (Min | Max | NanMin | NanMax, Work::B) => State::B(written(!is_max, len)),
             (Any, Work::B) => State::B(written(false, len)),
             (All, Work::B) => State::B(written(true, len)),
-            (Var | Std, Work::F) => {
+            (Var | Std | NanVar | NanStd, Work::F) => {
                 State::Welford(written(0.0, len), written(0.0, len), written(0.0, len))
             }
-            (Var | Std, Work::C) => State::WelfordC(
+            (Var | Std | NanVar | NanStd, Work::C) => State::WelfordC(
                 written(0.0, len),
                 written(Complex64::new(0.0, 0.0), len),
                 written(0.0, len),
@@ -147,8 +147,8 @@ impl Accumulator {
         match (func, w) {
             (NanMean, Work::F | Work::C) => value + 8,
             (NanMean, _) => 8,
-            (Var | Std, Work::C) => 8 + 16 + 8,
-            (Var | Std, _) => 24,
+            (Var | Std | NanVar | NanStd, Work::C) => 8 + 16 + 8,
+            (Var | Std | NanVar | NanStd, _) => 24,
             (Argmin | Argmax, Work::B) => 8 + 8 + 1,
             (Argmin | Argmax, _) => value + 8 + 1,
             _ => value,
@@ -382,7 +382,11 @@ impl Accumulator {
                 }
             }
             (State::Welford(cnt, mean, m2), Reg::F(v)) => {
+                let skip_nan = matches!(func, NanVar | NanStd);
                 for (k, x) in v[..n].iter().enumerate() {
+                    if skip_nan && x.is_nan() {
+                        continue;
+                    }
                     let j = o + k * at.stride;
                     cnt[j] += 1.0;
                     let d = x - mean[j];
@@ -391,7 +395,11 @@ impl Accumulator {
                 }
             }
             (State::WelfordC(cnt, mean, m2), Reg::C(v)) => {
+                let skip_nan = matches!(func, NanVar | NanStd);
                 for (k, x) in v[..n].iter().enumerate() {
+                    if skip_nan && x.is_nan() {
+                        continue;
+                    }
                     let j = o + k * at.stride;
                     cnt[j] += 1.0;
                     let d = x - mean[j];
@@ -454,7 +462,7 @@ impl Accumulator {
         Ok(())
     }
 
-    /// Merges `other`, a partial result over later elements of the reduction, into `self`.
+    /// Merges `other`, a partial result over other elements of the reduction, into `self`.
     pub fn merge(&mut self, other: &Accumulator) -> Result<()> {
         use ReduceFunc::*;
         let func = self.func;
@@ -561,10 +569,15 @@ impl Accumulator {
             }
             (State::Arg(best, idx, seen), State::Arg(best2, idx2, seen2)) => {
                 let is_max = func == Argmax;
+                // Partial results need not cover earlier elements first (an argmin over
+                // every axis of an array split along its last): of equal values (or two
+                // NaNs) the earlier index wins, as in numpy.
                 macro_rules! arg_merge {
                     ($b:expr, $b2:expr, $better:expr) => {{
                         for j in 0..idx.len() {
-                            if seen2[j] && (!seen[j] || $better($b2[j], $b[j])) {
+                            let tie = !$better($b2[j], $b[j]) && !$better($b[j], $b2[j]);
+                            let earlier = tie && idx2[j] < idx[j];
+                            if seen2[j] && (!seen[j] || $better($b2[j], $b[j]) || earlier) {
                                 $b[j] = $b2[j];
                                 idx[j] = idx2[j];
                                 seen[j] = true;
@@ -630,8 +643,12 @@ impl Accumulator {
                 n.into_iter()
                     .zip(m2)
                     .map(|(n, m2)| {
-                        let v = m2 / (n - ddof).max(0.0);
-                        if func == Std {
+                        let v = match func {
+                            // numpy's nanvar: NaN where no degree of freedom is left.
+                            NanVar | NanStd if n - ddof <= 0.0 => f64::NAN,
+                            _ => m2 / (n - ddof).max(0.0),
+                        };
+                        if matches!(func, Std | NanStd) {
                             v.sqrt()
                         } else {
                             v
@@ -724,5 +741,43 @@ mod tests {
                 .unwrap(),
             &[4]
         );
+    }
+
+    /// The index an argmin accumulator folded from `values` at flat `indices` finishes with.
+    fn argmin_of(parts: &[(&[f64], &[i64])]) -> i64 {
+        let accs: Vec<Accumulator> = parts
+            .iter()
+            .map(|(values, indices)| {
+                let mut acc = Accumulator::new(ReduceFunc::Argmin, DType::F64, 1).unwrap();
+                for (v, i) in values.iter().zip(*indices) {
+                    acc.fold(&Reg::F(vec![*v]), 1, target(0, 0), (*i, 1))
+                        .unwrap();
+                }
+                acc
+            })
+            .collect();
+        let mut merged = accs[0].clone();
+        for other in &accs[1..] {
+            merged.merge(other).unwrap();
+        }
+        merged
+            .finish(DType::I64, 6, 0.0)
+            .unwrap()
+            .as_slice::<i64>()
+            .unwrap()[0]
+    }
+
+    #[test]
+    fn arg_merge_keeps_the_earlier_index_of_ties_whatever_the_merge_order() {
+        // [[0, 0, nan], [nan, 0, 0]] split by columns: the column holding flat index 3
+        // merges first, yet the first NaN (index 2) wins, as does the first 0.
+        let nan = f64::NAN;
+        let col0: (&[f64], &[i64]) = (&[0.0, nan], &[0, 3]);
+        let col2: (&[f64], &[i64]) = (&[nan, 0.0], &[2, 5]);
+        assert_eq!(argmin_of(&[col0, col2]), 2);
+        assert_eq!(argmin_of(&[col2, col0]), 2);
+        let late: (&[f64], &[i64]) = (&[1.0, 0.0], &[1, 4]);
+        let early: (&[f64], &[i64]) = (&[0.0, 2.0], &[0, 3]);
+        assert_eq!(argmin_of(&[late, early]), 0);
     }
 }

@@ -640,6 +640,13 @@ fn reduce(
     }
     let t = src.dtype;
     let kind = t.kind();
+    // numpy's nanvar and nanstd of integers and bools are var and std: no value is NaN, and
+    // a lane with no degree of freedom left divides by zero rather than giving NaN.
+    let func = match (func, kind) {
+        (NanVar, Kind::Bool | Kind::Int) => Var,
+        (NanStd, Kind::Bool | Kind::Int) => Std,
+        _ => func,
+    };
     if dtype.is_some() && !matches!(func, Sum | Prod | Mean | NanSum | NanMean) {
         plan_bail!(
             format!("{field}.dtype"),
@@ -664,7 +671,7 @@ fn reduce(
             });
             (d, d)
         }
-        Var | Std => match kind {
+        Var | Std | NanVar | NanStd => match kind {
             Kind::Complex => (t, t.real()),
             Kind::Bool | Kind::Int => (DType::F64, DType::F64),
             _ => (t, t),

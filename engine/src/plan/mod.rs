@@ -83,11 +83,15 @@ pub enum ReduceFunc {
     NanMin,
     /// `np.nanmax`
     NanMax,
+    /// `np.nanvar`
+    NanVar,
+    /// `np.nanstd`
+    NanStd,
 }
 
 impl ReduceFunc {
     /// Every function with its plan name.
-    pub const ALL: [(&'static str, ReduceFunc); 15] = [
+    pub const ALL: [(&'static str, ReduceFunc); 17] = [
         ("sum", ReduceFunc::Sum),
         ("prod", ReduceFunc::Prod),
         ("min", ReduceFunc::Min),
@@ -103,6 +107,8 @@ impl ReduceFunc {
         ("nanmean", ReduceFunc::NanMean),
         ("nanmin", ReduceFunc::NanMin),
         ("nanmax", ReduceFunc::NanMax),
+        ("nanvar", ReduceFunc::NanVar),
+        ("nanstd", ReduceFunc::NanStd),
     ];
 
     /// The plan name.
