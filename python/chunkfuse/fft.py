@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import cubed
 import cubed.array_api as xp
 import numpy as np
 from numpy.exceptions import AxisError
+
+from chunkfuse.fft_block import FftBlock, result_dtype
 
 __all__ = [
     "FftBlock",
@@ -37,33 +38,6 @@ __all__ = [
 ]
 
 NORMS = ("backward", "ortho", "forward")
-
-
-@dataclass(frozen=True)
-class FftBlock:
-    """The block function of a chunkfuse FFT op: numpy.fft's `kind` (`fft`, `ifft`, `rfft`,
-    `irfft`, or their n-d forms when `nd`) over `axes` with `lengths` and `norm`."""
-
-    kind: str
-    nd: bool
-    axes: tuple[int, ...]
-    lengths: tuple[int, ...]
-    norm: str
-
-    def __call__(self, block: np.ndarray) -> np.ndarray:
-        if self.nd:
-            f = getattr(np.fft, self.kind + "n")
-            return f(block, s=self.lengths, axes=self.axes, norm=self.norm)
-        f = getattr(np.fft, self.kind)
-        return f(block, n=self.lengths[0], axis=self.axes[0], norm=self.norm)
-
-
-def _result_dtype(kind: str, dtype: np.dtype) -> np.dtype:
-    """numpy 2's result dtype: single precision stays single; irfft gives reals."""
-    single = dtype in (np.dtype("float32"), np.dtype("complex64"))
-    if kind == "irfft":
-        return np.dtype("float32" if single else "float64")
-    return np.dtype("complex64" if single else "complex128")
 
 
 def _check_input(x: Any, kind: str) -> None:
@@ -135,7 +109,7 @@ def _transform(
     for a, v in zip(ax, n, strict=True):
         if v <= 0:
             raise ValueError(f"{name}: invalid number of data points ({v}) along axis {a}")
-    out_dtype = _result_dtype(kind, x.dtype)
+    out_dtype = result_dtype(kind, x.dtype)
     shape = list(x.shape)
     for i, (a, v) in enumerate(zip(ax, n, strict=True)):
         shape[a] = v // 2 + 1 if kind == "rfft" and i == len(ax) - 1 else v

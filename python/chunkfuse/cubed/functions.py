@@ -30,7 +30,7 @@ from chunkfuse.cubed.symbols import (
     Partial,
     Streamed,
 )
-from chunkfuse.fft import FftBlock
+from chunkfuse.fft_block import FftBlock
 
 #: Plain reductions by their chunk function (Cubed calls the backend namespace's functions).
 PLAIN_REDUCTIONS: dict[Any, str] = {

@@ -29,7 +29,12 @@ UFUNCS: dict[str, str] = {
 }
 
 #: Reductions the IR runs in one streamed pass.
-REDUCTIONS = frozenset("sum prod min max mean var any all argmin argmax nanmean".split())
+REDUCTIONS = frozenset(
+    "sum prod min max mean var any all argmin argmax nansum nanmean nanmin nanmax nanvar".split()
+)
+
+#: Reductions that take a `dtype` (the accumulator's and the result's).
+TYPED_REDUCTIONS = frozenset("sum prod mean nansum nanmean".split())
 
 #: dtypes the IR knows.
 DTYPES = frozenset(
@@ -149,9 +154,9 @@ class IrBuilder:
             "axes": list(p.axes),
             "keepdims": p.keepdims,
         }
-        if p.kind in ("sum", "prod") and p.dtype is not None:
+        if p.kind in TYPED_REDUCTIONS and p.dtype is not None:
             op["dtype"] = ir_dtype(p.dtype)
-        if p.kind in ("var", "std"):
+        if p.kind in ("var", "std", "nanvar"):
             op["ddof"] = p.ddof
         if p.kind in ("argmin", "argmax"):
             if len(p.axes) != 1:
@@ -173,13 +178,13 @@ class IrBuilder:
             return np.dtype("int64")
         if p.kind in ("any", "all"):
             return np.dtype("bool")
-        if p.kind in ("sum", "prod"):
-            if p.dtype is not None:
-                return np.dtype(p.dtype)
+        if p.kind in TYPED_REDUCTIONS and p.dtype is not None:
+            return np.dtype(p.dtype)
+        if p.kind in ("sum", "prod", "nansum"):
             return np.sum(np.zeros(1, dtype=base)).dtype
-        if p.kind in ("mean", "var", "nanmean") and base.kind in "biu":
+        if p.kind in ("mean", "var", "nanmean", "nanvar") and base.kind in "biu":
             return np.dtype("float64")
-        if p.kind == "var" and base.kind == "c":
+        if p.kind in ("var", "nanvar") and base.kind == "c":
             return np.dtype(base.char.lower()) if base.char in "FD" else np.dtype("float64")
         return base
 

@@ -13,6 +13,7 @@ from cubed.storage.zarr import LazyZarrArray
 
 from chunkfuse.cubed.ir import IrBuilder
 from chunkfuse.cubed.symbols import Const, Empty, Full, NotNative, Offsets
+from chunkfuse.stored import zarr_array_behind
 from chunkfuse.urls import local_url, zarr_array_url
 
 #: Cubed storage back ends whose arrays are plain Zarr v3 that the engine may write.
@@ -104,42 +105,11 @@ class LeafResolver:
             return None
 
 
-#: xarray's lazy wrappers that pass every element through unchanged, and the attribute holding
-#: the wrapped array.
-_PASS_THROUGH = {
-    ("xarray.core.indexing", "ImplicitToExplicitIndexingAdapter"): "array",
-    ("xarray.core.indexing", "CopyOnWriteArray"): "array",
-    ("xarray.core.indexing", "MemoryCachedArray"): "array",
-    ("xarray.core.indexing", "LazilyIndexedArray"): "array",
-    ("xarray.backends.zarr", "ZarrArrayWrapper"): "_array",
-}
-
-
 def stored_array_behind(obj: Any, builder: IrBuilder) -> Full:
     """The stored Zarr array behind `cubed.from_array`'s input (xarray's lazily indexed
     backend arrays without decoding, or a Zarr array), as a source; NotNative otherwise."""
-    for _ in range(16):
-        if isinstance(obj, zarr.Array):
-            url = array_url(obj)
-            if url is None:
-                raise NotNative("from_array of a Zarr array outside the local filesystem")
-            return builder.source(url, tuple(obj.shape), obj.dtype)
-        cls = type(obj)
-        attr = _PASS_THROUGH.get((cls.__module__, cls.__name__))
-        if attr is None:
-            raise NotNative(f"from_array of a {cls.__module__}.{cls.__name__}")
-        if cls.__name__ == "LazilyIndexedArray" and not _whole(obj):
-            raise NotNative("from_array of an indexed xarray array")
-        obj = getattr(obj, attr)
-    raise NotNative("from_array of a deeply wrapped array")
-
-
-def _whole(lazy: Any) -> bool:
-    key = getattr(lazy, "key", None)
-    inner = getattr(lazy, "array", None)
-    items = getattr(key, "tuple", None)
-    if items is None or inner is None:
-        return False
-    return len(items) == len(inner.shape) and all(
-        isinstance(k, slice) and k == slice(None) for k in items
-    )
+    arr = zarr_array_behind(obj)
+    url = array_url(arr)
+    if url is None:
+        raise NotNative("from_array of a Zarr array outside the local filesystem")
+    return builder.source(url, tuple(arr.shape), arr.dtype)

@@ -11,11 +11,10 @@ into their target arrays. Everything else runs its Python callable.
 
 from __future__ import annotations
 
-import functools
 import operator
 import tempfile
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,68 +23,37 @@ from dask._task_spec import Alias, DataNode, NestedContainer, Task, TaskRef, _ex
 
 import chunkfuse
 from chunkfuse.cubed.ir import UFUNCS, IrBuilder
-from chunkfuse.cubed.symbols import Const, Full, NotNative, Partial
+from chunkfuse.cubed.symbols import Const, Full, NotNative
+from chunkfuse.stored import wraps_stored_array, zarr_array_behind
 from chunkfuse.urls import zarr_array_url
 
-Region = tuple[tuple[int, int], ...]
+from .reductions import REDUCERS, ReductionSteps, dask_steps
+from .symbols import (
+    Blk,
+    Filled,
+    Red,
+    Region,
+    Src,
+    Store,
+    Stored,
+    Symbol,
+    bounding,
+    flat_items,
+    is_hashable,
+    nones,
+    unit_box,
+    unwrap,
+    with_values,
+)
 
+#: numpy's functions that fill a block with one value.
+FILLS = (np.zeros_like, np.ones_like, np.full_like)
 
 #: numpy.fft functions the engine's `fft` op computes.
 FFTS = frozenset(
     f"{k}{suffix}" for k in ("fft", "ifft", "rfft", "irfft") for suffix in ("", "2", "n")
 )
 
-
-@dataclass(frozen=True)
-class Src:
-    """A stored zarr array on local disk (the `DataNode` of `da.from_zarr`)."""
-
-    array: Any
-    url: str
-
-
-@dataclass(frozen=True)
-class Blk:
-    """The values of the whole-array symbol `full` over `region`."""
-
-    full: Full
-    region: Region
-
-
-@dataclass(frozen=True)
-class Red:
-    """The reduction `kind` of `base` over `axes`, restricted to `region` of `base`."""
-
-    kind: str
-    base: Full
-    axes: tuple[int, ...]
-    region: Region
-    keepdims: bool
-    dtype: np.dtype | None
-
-    def complete(self) -> bool:
-        return all(self.region[a] == (0, self.base.shape[a]) for a in self.axes)
-
-
-@dataclass(frozen=True)
-class Store:
-    """`full` over `region` written into the zarr array at `url` (Dask's `load_store_chunk`)."""
-
-    full: Full
-    region: Region
-    url: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Stored:
-    """Dask's `finalize` of store tasks: the writes, and what `finalize` makes of their Nones."""
-
-    stores: tuple[Store, ...]
-    template: Any
-
-
-Symbol = Src | Blk | Red | Store | Stored
 
 OPERATORS: dict[Any, str] = {
     operator.add: "add",
@@ -105,70 +73,15 @@ OPERATORS: dict[Any, str] = {
     operator.ge: "greater_equal",
 }
 
-REDUCERS: dict[Any, str] = {np.sum: "sum", np.prod: "prod", np.min: "min", np.max: "max"}
-REDUCERS.update({np.amin: "min", np.amax: "max"})
 
-
-def _hashable(f: Any) -> bool:
-    try:
-        hash(f)
-    except TypeError:
-        return False
-    return True
-
-
-@functools.cache
-def _mean_steps() -> dict[Any, str]:
-    from dask.array import reductions as r
-
-    REDUCERS[r.chunk_max] = "max"
-    REDUCERS[r.chunk_min] = "min"
-    return {r.mean_chunk: "chunk", r.mean_combine: "combine", r.mean_agg: "agg"}
-
-
-def _region(index: Any, shape: tuple[int, ...]) -> Region:
-    """The box a tuple of unit-step slices selects."""
-    if not isinstance(index, tuple) or len(index) != len(shape):
-        raise NotNative("not a full tuple of slices")
-    out = []
-    for s, n in zip(index, shape, strict=True):
-        if not isinstance(s, slice) or s.step not in (None, 1):
-            raise NotNative("not a unit-step slice")
-        start, stop, _ = s.indices(n)
-        out.append((start, max(start, stop)))
-    return tuple(out)
-
-
-def _bounding(regions: list[Region]) -> Region:
-    """The box the regions tile exactly; NotNative when they do not."""
-    box = tuple(
-        (min(r[d][0] for r in regions), max(r[d][1] for r in regions))
-        for d in range(len(regions[0]))
-    )
-    volume = int(np.prod([b - a for a, b in box]))
-    if sum(int(np.prod([b - a for a, b in r])) for r in regions) != volume:
-        raise NotNative("partial reductions that do not tile a box")
-    return box
-
-
-def _nones(v: Any) -> Any:
-    if isinstance(v, list | tuple):
-        return type(v)(_nones(x) for x in v)
-    return None
-
-
-def _flatten(v: Any) -> list[Any]:
-    if isinstance(v, list | tuple):
-        return [x for item in v for x in _flatten(item)]
-    return [v]
-
-
-class Interpreter:
+class Interpreter(ReductionSteps):
     """Evaluates tasks on symbols, building IR in one `IrBuilder` shared by the whole graph."""
 
     def __init__(self) -> None:
         self.b = IrBuilder()
         self._memo: dict[Any, Full] = {}
+        #: Reductions that dropped their axes, by the result's root (for `x[None, ...]`).
+        self._squeezed: dict[str, Red] = {}
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -194,11 +107,13 @@ class Interpreter:
         return node
 
     def literal(self, value: Any) -> Any:
-        if isinstance(value, zarr.Array):
-            url = zarr_array_url(value)
+        """A stored Zarr array (or one behind xarray's lazy wrappers) as a source."""
+        if wraps_stored_array(value):
+            arr = zarr_array_behind(value)
+            url = zarr_array_url(arr)
             if url is None:
                 raise NotNative("a zarr array off local disk")
-            return Src(value, url)
+            return Src(arr, url)
         return value
 
     def task(self, t: Task, env: Mapping[Hashable, Any]) -> Any:
@@ -238,9 +153,10 @@ class Interpreter:
         from dask.array.reductions import _concatenate2
         from toolz.functoolz import Compose
 
-        _mean_steps()  # registers Dask's own min/max chunk functions
         if func in (core.getter, core.getter_nofancy, core.getter_inline):
             return self._getter(args, kwargs)
+        if func is core._enforce_dtype:
+            return self._enforced(args, kwargs)
         if func is core.load_store_chunk:
             return self._store(args, kwargs)
         if func is core.finalize and len(args) == 1 and not kwargs:
@@ -256,6 +172,13 @@ class Interpreter:
             if not isinstance(x, Blk) or set(kwargs) - {"astype_dtype", "casting", "copy"}:
                 raise NotNative("astype with options")
             return Blk(self._cast(x.full, np.dtype(kwargs["astype_dtype"])), x.region)
+        if func is np.isnan and len(args) == 1 and not kwargs:
+            # x != x holds exactly where x is NaN (never for integers), as isnan does.
+            return self._elementwise(np.not_equal, "not_equal", [args[0], args[0]])
+        if func is np.where and len(args) == 3 and not kwargs:
+            return self._elementwise(np.where, "where", args)
+        if func in FILLS:
+            return self._filled(func, args, kwargs)
         name = OPERATORS.get(func)
         if name is None and isinstance(func, np.ufunc):
             name = UFUNCS.get(func.__name__)
@@ -263,60 +186,105 @@ class Interpreter:
             if kwargs:
                 raise NotNative("elementwise with keywords")
             return self._elementwise(func, name, args)
-        if isinstance(func, functools.partial) and func.func in REDUCERS:
-            return self._chunk_reduce(func, args, kwargs)
-        if _hashable(func) and func in REDUCERS:
-            return self._chunk_reduce(functools.partial(func), args, kwargs)
-        if isinstance(func, functools.partial) and func.func in _mean_steps():
-            return self._mean(_mean_steps()[func.func], args, {**func.keywords, **kwargs})
-        if _hashable(func) and func in _mean_steps():
-            return self._mean(_mean_steps()[func], args, kwargs)
-        if isinstance(func, Compose):
-            inner = func.first
-            outer = func.funcs[0] if len(func.funcs) == 1 else None
-            if (
-                isinstance(inner, functools.partial)
-                and inner.func is _concatenate2
-                and isinstance(outer, functools.partial)
-                and outer.func in REDUCERS
-                and len(args) == 1
-            ):
-                return self._combine(outer, args[0])
+        steps = dask_steps()
+        base, bound, kw = unwrap(func)
+        kw.update(kwargs)
+        # Dask's zeros/ones/full blocks: partial(curry(_broadcast_trick_inner, zeros_like)).
+        if getattr(base, "func", None) is steps.broadcast_fill and not bound:
+            like = (getattr(base, "args", ()) or (None,))[0]
+            if is_hashable(like) and like in FILLS:
+                return self._filled(like, args, kw)
+        if is_hashable(base) and not isinstance(func, Compose):
+            if base in REDUCERS and not bound:
+                return self._chunk_reduce(REDUCERS[base], args, kw)
+            if base in steps.mean and not bound:
+                return self._mean(steps.mean[base], args, kw)
+            if base in steps.moment and not bound:
+                return self._moment(steps.moment[base], args, kw)
+            if base is steps.arg_chunk:
+                return self._arg_chunk(bound, args, kw)
+            if base is steps.sqrt and len(args) == 1 and not bound and not kw:
+                # std: Dask's `safe_sqrt` of the variance.
+                return self._elementwise(np.sqrt, "sqrt", args)
+        if isinstance(func, Compose) and len(func.funcs) == 1 and len(args) == 1:
+            inner, outer = unwrap(func.first), unwrap(func.funcs[0])
+            if inner[0] is _concatenate2 and is_hashable(outer[0]):
+                ofunc, obound, okw = outer
+                if ofunc in REDUCERS and not obound:
+                    return self._combine(REDUCERS[ofunc], okw, args[0])
+                if ofunc in steps.arg:
+                    return self._arg_combine(steps.arg[ofunc], obound, okw, args[0])
         if getattr(func, "__name__", "") == "_identity_cast":
             return list(args)
         raise NotNative(f"{getattr(func, '__name__', func)!r} has no native form")
 
     def _whole(self, parts: Any) -> Blk | Red:
         """Dask's `finalize` of the blocks of one array: the blocks joined (they must tile it)."""
-        items = _flatten(parts)
+        items = with_values(flat_items(parts))
         first = items[0] if items else None
         if items and all(isinstance(i, Store) for i in items):
             from dask.array.core import finalize
 
-            return Stored(tuple(items), finalize(_nones(parts)))
+            return Stored(tuple(items), finalize(nones(parts)))
         if isinstance(first, Blk) and all(
             isinstance(i, Blk) and i.full == first.full for i in items
         ):
-            return Blk(first.full, _bounding([i.region for i in items]))
+            return Blk(first.full, bounding([i.region for i in items]))
         if isinstance(first, Red) and all(
-            isinstance(i, Red)
-            and (i.kind, i.base, i.axes, i.keepdims, i.dtype)
-            == (first.kind, first.base, first.axes, first.keepdims, first.dtype)
-            for i in items
+            isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state) for i in items
         ):
-            return Red(
-                first.kind,
-                first.base,
-                first.axes,
-                _bounding([i.region for i in items]),
-                first.keepdims,
-                first.dtype,
-            )
+            return replace(first, region=bounding([i.region for i in items]))
         raise NotNative("finalize of something else")
+
+    def _filled(self, like: Any, args: list[Any], kwargs: dict[str, Any]) -> Filled:
+        """numpy's `zeros_like`, `ones_like` or `full_like` of a block, or Dask's zeros, ones
+        and full blocks (`_broadcast_trick_inner(zeros_like)(shape)`, as xarray's nansum uses
+        for the zeros it puts where values are NaN)."""
+        kwargs = dict(kwargs)
+        if like is np.full_like:
+            if len(args) == 2:
+                args, kwargs["fill_value"] = args[:1], args[1]
+            value = kwargs.pop("fill_value", None)
+        else:
+            value = 0 if like is np.zeros_like else 1
+        if len(args) != 1 or set(kwargs) - {"dtype", "order", "meta"}:
+            raise NotNative("a filled block with options")
+        (x,) = args
+        if isinstance(x, Red):
+            x = self.reduced(x)
+        if isinstance(x, Blk):
+            shape = tuple(b - a for a, b in x.region)
+            dtype = np.dtype(kwargs.get("dtype") or x.full.dtype)
+        elif isinstance(x, tuple) and all(isinstance(n, int) for n in x):
+            shape, dtype = x, np.dtype(kwargs.get("dtype") or "f8")
+        else:
+            raise NotNative("a filled block of something else")
+        if not isinstance(value, int | float | bool | np.number | np.bool_):
+            raise NotNative("a filled block of a value that is not a number")
+        return Filled(np.asarray(value).astype(dtype)[()], shape)
+
+    def _enforced(self, args: list[Any], kwargs: dict[str, Any]) -> Blk:
+        """Dask's `_enforce_dtype`: a block function's result cast to the dtype Dask inferred."""
+        kwargs = dict(kwargs)
+        dtype = kwargs.pop("enforce_dtype", None)
+        inner = kwargs.pop("enforce_dtype_function", None)
+        if dtype is None or inner is None:
+            raise NotNative("_enforce_dtype without its function")
+        value = self.apply(inner, args, kwargs)
+        if isinstance(value, Red):
+            value = self.reduced(value)
+        if not isinstance(value, Blk):
+            raise NotNative("_enforce_dtype of something else")
+        dtype = np.dtype(dtype)
+        if dtype.kind == "O" or dtype == value.full.dtype:
+            return value
+        if not np.can_cast(value.full.dtype, dtype, casting="same_kind"):
+            raise NotNative("_enforce_dtype that Dask would refuse")
+        return Blk(self._cast(value.full, dtype), value.region)
 
     def _fft(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Blk:
         """numpy.fft's `name` of a block whose transformed axes are whole (Dask's `da.fft`)."""
-        from chunkfuse.fft import FftBlock, _result_dtype
+        from chunkfuse.fft_block import FftBlock, result_dtype
 
         nd = name.endswith(("2", "n"))
         kind = name[:-1] if nd else name
@@ -348,7 +316,7 @@ class Interpreter:
             lengths.append(int(n))
             shape[a] = n // 2 + 1 if kind == "rfft" and last else n
         block = FftBlock(kind, nd, axes, tuple(lengths), given.get("norm") or "backward")
-        dtype = _result_dtype(kind, x.full.dtype)
+        dtype = result_dtype(kind, x.full.dtype)
         key = ("fft", x.full.root, kind, nd, axes, tuple(lengths), block.norm)
         if key not in self._memo:
             self._memo[key] = self.b.fft(x.full, block, tuple(shape), dtype)
@@ -356,22 +324,80 @@ class Interpreter:
         return Blk(self._memo[key], region)
 
     def _getitem(self, x: Any, index: Any) -> Blk:
-        """A box of a block (Dask's rechunk splits)."""
+        """Basic indexing of a block: a box of it (Dask's rechunk splits), or integers and
+        steps (`x[5]`, `x[:, 3]`, `x[::2]`)."""
         if isinstance(x, Red):
             x = self.reduced(x)
         if not isinstance(x, Blk):
             raise NotNative("getitem of something else")
-        sub = _region(index, tuple(b - a for a, b in x.region))
-        return Blk(
-            x.full, tuple((a + s0, a + s1) for (a, _), (s0, s1) in zip(x.region, sub, strict=True))
+        return self._select(x, index)
+
+    def _select(self, x: Blk, index: Any) -> Blk:
+        """`x[index]` with `index` relative to the block: a box of `x.full`, or, with integers
+        or steps, a box of the whole array's selection that this block's selection belongs to.
+        That selection takes integers at their place in the whole array and steps from the
+        first position on their grid (`x[1::2]`'s blocks all give `full[1::2]`), so every
+        block of one Dask selection names the same array."""
+        shape = tuple(b - a for a, b in x.region)
+        if not isinstance(index, tuple):
+            index = (index,)
+        if any(item is None for item in index):
+            return self._expanded(x, index)
+        if len(index) != len(shape):
+            raise NotNative("not a full tuple of indices")
+        selection: list[Any] = []
+        region: list[tuple[int, int]] = []
+        out_shape: list[int] = []
+        for (r0, _), n, n_full, item in zip(x.region, shape, x.full.shape, index, strict=True):
+            if isinstance(item, int | np.integer) and not isinstance(item, bool):
+                i = int(item) + (n if item < 0 else 0)
+                if not 0 <= i < n:
+                    raise NotNative("an index out of the block")
+                selection.append(r0 + i)
+                continue
+            if not isinstance(item, slice) or (item.step or 1) < 1:
+                raise NotNative("not an integer or a forward slice")
+            start, stop, step = item.indices(n)
+            count = len(range(start, stop, step))
+            if step == 1 or count <= 1:
+                selection.append(None)
+                region.append((r0 + start, r0 + start + count))
+                out_shape.append(n_full)
+                continue
+            first = r0 + start
+            selection.append([first % step, None, step])
+            region.append((first // step, first // step + count))
+            out_shape.append(len(range(first % step, n_full, step)))
+        if all(s is None for s in selection):
+            return Blk(x.full, tuple(region))
+        key = ("slice", x.full.root, repr(selection))
+        if key not in self._memo:
+            self._memo[key] = self.b.slice(x.full, selection, tuple(out_shape))
+        return Blk(self._memo[key], tuple(region))
+
+    def _expanded(self, x: Blk, index: tuple[Any, ...]) -> Blk:
+        """`x[None, ...]` that puts back the axes a reduction dropped (xarray broadcasting a
+        mean against its input): the same reduction with its axes kept."""
+        red = self._squeezed.get(x.full.root)
+        new_axes = tuple(d for d, item in enumerate(index) if item is None)
+        if red is None or new_axes != red.axes or len(index) != len(red.base.shape):
+            raise NotNative("a new axis other than one a reduction dropped")
+        inner = self._select(x, tuple(item for item in index if item is not None))
+        if inner.full != x.full:
+            raise NotNative("a new axis beside integers or steps")
+        rest = iter(inner.region)
+        region = tuple(
+            red.region[d] if d in red.axes else next(rest) for d in range(len(red.base.shape))
         )
+        return self.reduced(replace(red, keepdims=True, region=region))
 
     def _join(self, parts: Any) -> Blk:
         """Blocks of one array joined into the box they tile (Dask's rechunk merges)."""
-        items = [self.reduced(i) if isinstance(i, Red) else i for i in _flatten(parts)]
+        items = [self.reduced(i) if isinstance(i, Red) else i for i in flat_items(parts)]
+        items = with_values(items)
         if not items or not all(isinstance(i, Blk) and i.full == items[0].full for i in items):
             raise NotNative("concatenation of something else")
-        return Blk(items[0].full, _bounding([i.region for i in items]))
+        return Blk(items[0].full, bounding([i.region for i in items]))
 
     def _getter(self, args: list[Any], kwargs: dict[str, Any]) -> Blk:
         if len(args) != 2 or not isinstance(args[0], Src) or kwargs.get("lock"):
@@ -380,7 +406,7 @@ class Interpreter:
         arr = src.array
         shape = tuple(arr.shape)
         full = self.b.source(src.url, shape, arr.dtype)
-        return Blk(full, _region(index, shape))
+        return self._select(Blk(full, tuple((0, n) for n in shape)), index)
 
     def _store(self, args: list[Any], kwargs: dict[str, Any]) -> Store:
         x, out, index = (args + [None, None, None])[:3]
@@ -400,7 +426,7 @@ class Interpreter:
         shape = tuple(out.shape)
         if shape != x.full.shape or np.dtype(out.dtype) != x.full.dtype:
             raise NotNative("store of another shape or dtype")
-        region = _region(index, shape)
+        region = unit_box(index, shape)
         if region != x.region:
             raise NotNative("store of a block into another place")
         return Store(x.full, region, url, shape)
@@ -412,13 +438,32 @@ class Interpreter:
         return self._memo[key]
 
     def reduced(self, r: Red) -> Blk:
-        """A complete reduction as the block of the whole reduction's result it is."""
+        """A reduction's values as the block of the whole reduction's result it is. One over
+        part of the reduced axes (of a slice such as `x[3:9].sum(axis=0)`, or a tree
+        reduction's partial step) reduces that part of its base."""
+        if r.state:
+            raise NotNative("a reduction step's state")
         if not r.complete():
-            raise NotNative("an incomplete reduction")
-        p = Partial(r.kind, r.base, r.axes, True, r.keepdims, r.dtype)
-        key = ("reduce", r.kind, r.base.root, r.axes, r.keepdims, str(r.dtype))
+            part = [
+                [a, b, 1] if d in r.axes and (a, b) != (0, n) else None
+                for d, ((a, b), n) in enumerate(zip(r.region, r.base.shape, strict=True))
+            ]
+            key = ("slice", r.base.root, repr(part))
+            if key not in self._memo:
+                shape = tuple(
+                    n if p is None else p[1] - p[0] for p, n in zip(part, r.base.shape, strict=True)
+                )
+                self._memo[key] = self.b.slice(r.base, part, shape)
+            region = tuple(
+                (0, b - a) if d in r.axes else (a, b) for d, (a, b) in enumerate(r.region)
+            )
+            r = replace(r, base=self._memo[key], region=region)
+        p = r.partial()
+        key = ("reduce", *r.spec())
         if key not in self._memo:
             self._memo[key] = self.b.reduce(p, p.shape, self.b.reduce_dtype(p))
+        if not r.keepdims:
+            self._squeezed[self._memo[key].root] = r
         kept = tuple(
             (0, 1) if d in r.axes else span
             for d, span in enumerate(r.region)
@@ -448,12 +493,23 @@ class Interpreter:
             )
             if b.region != want:
                 raise NotNative("elementwise of blocks of different places")
+        block = tuple(b - a for a, b in region)
         operands: list[Full | Const] = []
         probes: list[Any] = []
         for a in args:
             if isinstance(a, Blk):
                 operands.append(a.full)
                 probes.append(np.ones(1, dtype=a.full.dtype))
+            elif isinstance(a, Filled):
+                # A filled block is a constant, once it is seen to fill no more than the block.
+                try:
+                    fits = np.broadcast_shapes(a.shape, block) == block
+                except ValueError:
+                    fits = False
+                if not fits:
+                    raise NotNative("elementwise of a filled block of another shape")
+                operands.append(Const(a.value, a.value.dtype))
+                probes.append(np.ones(1, dtype=a.value.dtype))
             elif isinstance(a, np.number | np.bool_):
                 operands.append(Const(a, a.dtype))
                 probes.append(a)
@@ -474,81 +530,6 @@ class Interpreter:
         if key not in self._memo:
             self._memo[key] = self.b.elementwise(name, operands, shape, dtype)
         return Blk(self._memo[key], region)
-
-    def _chunk_reduce(
-        self, func: functools.partial, args: list[Any], kwargs: dict[str, Any]
-    ) -> Red:
-        kw = {**func.keywords, **kwargs}
-        if (
-            len(args) != 1
-            or not isinstance(args[0], Blk)
-            or set(kw) - {"axis", "keepdims", "dtype"}
-        ):
-            raise NotNative("reduction chunk of something else")
-        x = args[0]
-        axes = self._axes(kw.get("axis"), len(x.full.shape))
-        dtype = kw.get("dtype")
-        return Red(
-            REDUCERS[func.func],
-            x.full,
-            axes,
-            x.region,
-            bool(kw.get("keepdims", False)),
-            np.dtype(dtype) if dtype is not None else None,
-        )
-
-    def _combine(self, outer: functools.partial, parts: Any) -> Red:
-        reds = _flatten(parts)
-        if not reds or not all(isinstance(r, Red) for r in reds):
-            raise NotNative("combine of something else")
-        first = reds[0]
-        kw = outer.keywords
-        kind = REDUCERS[outer.func]
-        axes = self._axes(kw.get("axis"), len(first.base.shape))
-        same = all(
-            (r.kind, r.base, r.axes, r.dtype) == (first.kind, first.base, first.axes, first.dtype)
-            for r in reds
-        )
-        if not same or kind != first.kind or axes != first.axes or not first.keepdims:
-            raise NotNative("combine of different reductions")
-        return Red(
-            kind,
-            first.base,
-            axes,
-            _bounding([r.region for r in reds]),
-            bool(kw.get("keepdims", False)),
-            first.dtype,
-        )
-
-    def _mean(self, step: str, args: list[Any], kw: dict[str, Any]) -> Red:
-        """Dask's mean in three steps: per-block sums and counts, combined, then divided."""
-        if len(args) != 1 or kw.get("sum", np.sum) is not np.sum or kw.get("computing_meta"):
-            raise NotNative("mean steps with other functions")
-        if set(kw) - {"sum", "numel", "dtype", "axis", "keepdims", "computing_meta"}:
-            raise NotNative("mean with options")
-        if step == "chunk":
-            x = args[0]
-            if not isinstance(x, Blk):
-                raise NotNative("mean of something else")
-            axes = self._axes(kw.get("axis"), len(x.full.shape))
-            return Red("mean", x.full, axes, x.region, True, None)
-        reds = _flatten(args[0])
-        if not reds or not all(isinstance(r, Red) and r.kind == "mean" for r in reds):
-            raise NotNative("mean combine of something else")
-        first = reds[0]
-        if any((r.base, r.axes) != (first.base, first.axes) for r in reds):
-            raise NotNative("mean combine of different means")
-        keepdims = True if step == "combine" else bool(kw.get("keepdims", False))
-        return Red(
-            "mean", first.base, first.axes, _bounding([r.region for r in reds]), keepdims, None
-        )
-
-    @staticmethod
-    def _axes(axis: Any, rank: int) -> tuple[int, ...]:
-        if axis is None:
-            return tuple(range(rank))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        return tuple(sorted(a % rank for a in axes))
 
 
 @dataclass
@@ -606,17 +587,28 @@ def _topological(graph: Mapping[Hashable, Any]) -> list[Hashable]:
     return order
 
 
-def _materializable(sym: Symbol) -> bool:
+def _materializable(sym: Symbol, wanted: bool) -> bool:
+    """Whether the engine can give a root's value: a reduction's only when it is no step's
+    state, and (so that Python reading each block's partial result does not make an engine
+    reduction per block) only when it covers the reduced axes or is what the caller asked."""
     if isinstance(sym, Red):
-        return sym.complete()
+        return not sym.state and (wanted or sym.complete())
     return True
 
 
 def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
-    """True when the graph holds a zarr array (as a data node or a literal)."""
-    return any(
-        isinstance(n.value if isinstance(n, DataNode) else n, zarr.Array) for n in graph.values()
-    )
+    """True when the graph holds a zarr array, or xarray's lazy wrapper of one (as a data
+    node or a literal)."""
+    for node in graph.values():
+        if isinstance(node, Task) and node.func is _execute_subgraph and node.args:
+            # A fused task's own graph (Dask inlines the stored array into its getters).
+            inner = node.args[0]
+            inner = inner.value if isinstance(inner, DataNode) else inner
+            if isinstance(inner, Mapping) and has_zarr_arrays(inner):
+                return True
+        elif wraps_stored_array(node.value if isinstance(node, DataNode) else node):
+            return True
+    return False
 
 
 def run_native(
@@ -646,7 +638,7 @@ def run_native(
             for k, s in symbols.items()
             if k in wanted or any(d not in symbols for d in dependents[k])
         }
-        demote = {k for k in roots if not _materializable(symbols[k])}
+        demote = {k for k in roots if not _materializable(symbols[k], k in wanted)}
         if not demote:
             break
         for k in demote:
@@ -672,19 +664,13 @@ def _compute(
     device: str,
 ) -> tuple[dict[Hashable, Any], int]:
     b = interp.b
-    reductions: dict[tuple[Any, ...], Full] = {}
+    # A reduction's value is a block of the reduction's whole result.
+    roots = {k: interp.reduced(s) if isinstance(s, Red) else s for k, s in roots.items()}
     scratch: dict[str, tuple[Full, str]] = {}
     stores: dict[tuple[str, str], list[Store]] = {}
     for sym in roots.values():
         if isinstance(sym, Blk):
             scratch.setdefault(sym.full.root, (sym.full, ""))
-        elif isinstance(sym, Red):
-            key = (sym.kind, sym.base.root, sym.axes, sym.keepdims, sym.dtype)
-            if key not in reductions:
-                p = Partial(sym.kind, sym.base, sym.axes, True, sym.keepdims, sym.dtype)
-                full = b.reduce(p, p.shape, b.reduce_dtype(p))
-                reductions[key] = full
-                scratch.setdefault(full.root, (full, ""))
         elif isinstance(sym, Store):
             stores.setdefault((sym.url, sym.full.root), []).append(sym)
         elif isinstance(sym, Stored):
@@ -718,14 +704,6 @@ def _compute(
     for key, sym in roots.items():
         if isinstance(sym, Blk):
             values[key] = read(sym.full, sym.region)
-        elif isinstance(sym, Red):
-            full = reductions[(sym.kind, sym.base.root, sym.axes, sym.keepdims, sym.dtype)]
-            kept = [
-                (0, 1) if d in sym.axes else r
-                for d, r in enumerate(sym.region)
-                if sym.keepdims or d not in sym.axes
-            ]
-            values[key] = read(full, tuple(kept))
         elif isinstance(sym, Stored):
             values[key] = sym.template
         else:

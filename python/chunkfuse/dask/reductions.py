@@ -1,0 +1,270 @@
+"""Dask's reduction steps read as one engine reduction: each chunk, combine and aggregate
+step of sum, prod, min, max, any, all, mean, var, their NaN-skipping forms and the
+arg-reductions gives the reduction of a region (`Red`), or that of a step's state.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from chunkfuse.cubed.symbols import Full, NotNative
+
+from .symbols import Blk, Red, bounding, flat_items, is_hashable, with_values
+
+#: Functions of a reduction's chunk, combine and aggregate steps, by the reduction they compute
+#: (Dask's own chunk functions join on first use, see `dask_steps`).
+REDUCERS: dict[Any, str] = {
+    np.sum: "sum",
+    np.prod: "prod",
+    np.min: "min",
+    np.max: "max",
+    np.amin: "min",
+    np.amax: "max",
+    np.any: "any",
+    np.all: "all",
+    np.nansum: "nansum",
+}
+
+#: A combine or aggregate step of Dask's reduction `kind` (chunk step, the function combining
+#: its results) that gives another reduction: nansum's partial sums are added by `np.sum`.
+COMBINED_AS = {("nansum", "sum"): "nansum"}
+
+
+@dataclass(frozen=True)
+class DaskSteps:
+    """Dask's own reduction step functions, looked up by identity (imported on first use)."""
+
+    #: `mean_chunk`, `mean_combine`, `mean_agg` → "chunk", "combine", "agg".
+    mean: dict[Any, str]
+    #: `moment_chunk`, `moment_combine`, `moment_agg` (var and std) → the step.
+    moment: dict[Any, str]
+    #: `arg_combine`, `arg_agg` → the step (`arg_chunk` is `arg_chunk`).
+    arg: dict[Any, str]
+    arg_chunk: Any
+    #: `chunk.argmin`/`chunk.argmax` → the reduction, with the value function paired with it.
+    argfuncs: dict[Any, tuple[str, Any]]
+    #: Counting functions of mean and var: `numel`, `nannumel`.
+    numel: Any
+    nannumel: Any
+    #: std's square root of the variance.
+    sqrt: Any
+    #: The function behind Dask's zeros, ones and full blocks (`_broadcast_trick_inner`).
+    broadcast_fill: Any
+
+
+@functools.cache
+def dask_steps() -> DaskSteps:
+    """Dask's reduction steps; registers its own min/max/nanmin/nanmax chunk functions."""
+    from dask.array import chunk, wrap
+    from dask.array import reductions as r
+
+    REDUCERS[r.chunk_max] = "max"
+    REDUCERS[r.chunk_min] = "min"
+    REDUCERS[r._nanmin_skip] = "nanmin"
+    REDUCERS[r._nanmax_skip] = "nanmax"
+    return DaskSteps(
+        mean={r.mean_chunk: "chunk", r.mean_combine: "combine", r.mean_agg: "agg"},
+        moment={r.moment_chunk: "chunk", r.moment_combine: "combine", r.moment_agg: "agg"},
+        arg={r.arg_combine: "combine", r.arg_agg: "agg"},
+        arg_chunk=r.arg_chunk,
+        argfuncs={chunk.argmin: ("argmin", chunk.min), chunk.argmax: ("argmax", chunk.max)},
+        numel=r.numel,
+        nannumel=r.nannumel,
+        sqrt=r._sqrt,
+        broadcast_fill=wrap._broadcast_trick_inner.func,
+    )
+
+
+class ReductionSteps:
+    """The Interpreter's reading of Dask's reduction steps, each into a `Red`."""
+
+    def _cast(self, full: Full, dtype: np.dtype) -> Full:
+        """`full` cast to `dtype` (the Interpreter's IR builder does it)."""
+        raise NotImplementedError
+
+    def _chunk_reduce(self, kind: str, args: list[Any], kw: dict[str, Any]) -> Red:
+        """A reduction's chunk step: `kind` of one block, reduced axes kept."""
+        if (
+            len(args) != 1
+            or not isinstance(args[0], Blk)
+            or set(kw) - {"axis", "keepdims", "dtype"}
+        ):
+            raise NotNative("reduction chunk of something else")
+        x = args[0]
+        axes = self._axes(kw.get("axis"), len(x.full.shape))
+        dtype = kw.get("dtype")
+        return Red(
+            kind,
+            x.full,
+            axes,
+            x.region,
+            bool(kw.get("keepdims", False)),
+            np.dtype(dtype) if dtype is not None else None,
+        )
+
+    @staticmethod
+    def _parts(parts: Any, kind: str, state: bool) -> Red:
+        """The first of the chunk or combine results a combine step joins, after checking
+        they are all steps of one reduction of `kind` (states when `state`), reduced axes
+        kept."""
+        reds = with_values(flat_items(parts))
+        if not reds or not all(isinstance(r, Red) for r in reds):
+            raise NotNative("combine of something else")
+        first = reds[0]
+        if first.kind != kind or first.state != state or not first.keepdims:
+            raise NotNative(f"{kind} combine of another reduction")
+        if any(r.spec() != first.spec() or r.state != first.state for r in reds):
+            raise NotNative("combine of different reductions")
+        return replace(first, region=bounding([r.region for r in reds]))
+
+    def _combine(self, combiner: str, kw: dict[str, Any], parts: Any) -> Red:
+        """A combine or aggregate step that reduces the joined chunk results again."""
+        reds = flat_items(parts)
+        first = reds[0] if reds else None
+        if not isinstance(first, Red):
+            raise NotNative("combine of something else")
+        kind = COMBINED_AS.get((first.kind, combiner), combiner)
+        joined = self._parts(parts, kind, False)
+        if self._axes(kw.get("axis"), len(joined.base.shape)) != joined.axes:
+            raise NotNative("combine over other axes")
+        if set(kw) - {"axis", "keepdims", "dtype"}:
+            raise NotNative("combine with options")
+        return replace(joined, keepdims=bool(kw.get("keepdims", False)))
+
+    def _mean(self, step: str, args: list[Any], kw: dict[str, Any]) -> Red:
+        """Dask's mean and nanmean in three steps: per-block sums and counts, combined, then
+        divided."""
+        steps = dask_steps()
+        counting = (kw.get("sum", np.sum), kw.get("numel", steps.numel))
+        kinds = {(np.sum, steps.numel): "mean", (np.nansum, steps.nannumel): "nanmean"}
+        kind = kinds.get(counting) if all(is_hashable(f) for f in counting) else None
+        if step == "agg" and not {"sum", "numel"} & set(kw):
+            # mean_agg divides the sums by the counts whichever mean made them.
+            parts = flat_items(args[0]) if args else []
+            kind = parts[0].kind if parts and isinstance(parts[0], Red) else None
+        if len(args) != 1 or kind not in ("mean", "nanmean") or kw.get("computing_meta"):
+            raise NotNative("mean steps with other functions")
+        if set(kw) - {"sum", "numel", "dtype", "axis", "keepdims", "computing_meta"}:
+            raise NotNative("mean with options")
+        if step == "chunk":
+            x = args[0]
+            if not isinstance(x, Blk):
+                raise NotNative("mean of something else")
+            axes = self._axes(kw.get("axis"), len(x.full.shape))
+            # Dask passes the result's dtype: only one other than numpy's default (such as
+            # float64 for float32 values) goes to the engine, which then adds in it.
+            natural = np.mean(np.ones(1, dtype=x.full.dtype)).dtype
+            dtype = np.dtype(kw.get("dtype") or natural)
+            typed = None if dtype == natural else dtype
+            return Red(kind, x.full, axes, x.region, True, typed, state=True)
+        joined = self._parts(args[0], kind, True)
+        if step == "combine":
+            return joined
+        return replace(joined, keepdims=bool(kw.get("keepdims", False)), state=False)
+
+    def _moment(self, step: str, args: list[Any], kw: dict[str, Any]) -> Red:
+        """Dask's var and nanvar (std and nanstd are their square roots) in three steps:
+        per-block sums, counts and second moments, combined, then divided by the count less
+        `ddof`."""
+        steps = dask_steps()
+        if len(args) != 1 or kw.get("order", 2) != 2 or kw.get("computing_meta"):
+            raise NotNative("moments other than the variance")
+        if kw.get("implicit_complex_dtype"):
+            raise NotNative("var of complex values")
+        options = {"order", "sum", "numel", "dtype", "axis", "keepdims", "ddof"}
+        if set(kw) - options - {"computing_meta", "implicit_complex_dtype"}:
+            raise NotNative("var with options")
+        adder, counter = kw.get("sum", np.sum), kw.get("numel", steps.numel)
+        if not is_hashable(adder) or not is_hashable(counter):
+            raise NotNative("var steps with other functions")
+        if step == "chunk":
+            kinds = {(np.sum, steps.numel): "var", (np.nansum, steps.nannumel): "nanvar"}
+            kind = kinds.get((adder, counter))
+            x = args[0]
+            if kind is None or not isinstance(x, Blk) or x.full.dtype.kind not in "iuf":
+                raise NotNative("var of something else")
+            axes = self._axes(kw.get("axis"), len(x.full.shape))
+            # var(dtype=...) computes in that dtype: the values cast to it first.
+            natural = np.var(np.ones(1, dtype=x.full.dtype)).dtype
+            dtype = np.dtype(kw.get("dtype") or natural)
+            if dtype.kind != "f":
+                raise NotNative("var in a dtype other than a float")
+            base = x.full if dtype == natural else self._cast(x.full, dtype)
+            return Red(kind, base, axes, x.region, True, None, state=True)
+        parts = flat_items(args[0])
+        kind = parts[0].kind if parts and isinstance(parts[0], Red) else None
+        # nanvar's combine steps add with nansum; both aggregates add with sum.
+        expected = np.nansum if kind == "nanvar" and step == "combine" else np.sum
+        if kind not in ("var", "nanvar") or adder is not expected:
+            raise NotNative("var steps with other functions")
+        joined = self._parts(parts, kind, True)
+        if step == "combine":
+            return joined
+        ddof = kw.get("ddof", 0)
+        if not isinstance(ddof, int | float | np.integer | np.floating) or isinstance(ddof, bool):
+            raise NotNative("var with a ddof that is not a number")
+        count = np.prod([b - a for a, b in (joined.region[d] for d in joined.axes)])
+        if kind == "var" and ddof > count:
+            # numpy (and the engine) divide by zero there; Dask's own steps give NaN.
+            raise NotNative("var with ddof above the count")
+        if kind == "nanvar" and ddof > 1:
+            # Where exactly ddof values are left Dask divides by zero; numpy (and the
+            # engine) give NaN. With ddof 0 or 1 both give NaN wherever no freedom is left.
+            raise NotNative("nanvar with ddof above 1")
+        return replace(
+            joined, keepdims=bool(kw.get("keepdims", False)), ddof=float(ddof), state=False
+        )
+
+    def _arg_chunk(self, bound: tuple[Any, ...], args: list[Any], kw: dict[str, Any]) -> Red:
+        """argmin/argmax of one block (`arg_chunk(min, argmin, block, axis, offset)`): its
+        values and indices along one axis, indices counted from the array's start."""
+        steps = dask_steps()
+        if len(bound) != 2 or len(args) != 3 or kw or not is_hashable(bound[1]):
+            raise NotNative("arg reduction chunk of something else")
+        value_fn, arg_fn = bound
+        kind, paired = steps.argfuncs.get(arg_fn, (None, None))
+        x, axis, offset = args
+        if kind is None or value_fn is not paired or not isinstance(x, Blk):
+            raise NotNative("arg reduction chunk of something else")
+        rank = len(x.full.shape)
+        axes = self._axes(axis, rank)
+        if len(axes) != 1:
+            raise NotNative("arg reduction over several axes")
+        # Dask's index of the block's start: along the axis, or (1-D) ravelled.
+        start = x.region[axes[0]][0]
+        expected = ((start,), x.full.shape) if rank == 1 else start
+        try:
+            at_start = bool(offset == expected)
+        except (TypeError, ValueError):
+            at_start = False
+        if not at_start:
+            raise NotNative("arg reduction chunk at another offset")
+        return Red(kind, x.full, axes, x.region, True, None, state=True)
+
+    def _arg_combine(
+        self, step: str, bound: tuple[Any, ...], kw: dict[str, Any], parts: Any
+    ) -> Red:
+        """Dask's arg-reduction combine and aggregate steps (`arg_agg` gives the indices)."""
+        steps = dask_steps()
+        if len(bound) != 1 or not is_hashable(bound[0]) or bound[0] not in steps.argfuncs:
+            raise NotNative("arg reduction combine of something else")
+        if set(kw) - {"axis", "keepdims"}:
+            raise NotNative("arg reduction combine with options")
+        kind = steps.argfuncs[bound[0]][0]
+        joined = self._parts(parts, kind, True)
+        if self._axes(kw.get("axis"), len(joined.base.shape)) != joined.axes:
+            raise NotNative("arg reduction combine over another axis")
+        if step == "combine":
+            return joined
+        return replace(joined, keepdims=bool(kw.get("keepdims", False)), state=False)
+
+    @staticmethod
+    def _axes(axis: Any, rank: int) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(rank))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        return tuple(sorted(a % rank for a in axes))

@@ -1,0 +1,152 @@
+"""What the Dask scheduler's symbolic pass gives a task's value: a block of a whole-array IR
+symbol, the reduction of a region, a write, or a stored array.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chunkfuse.cubed.symbols import Full, NotNative, Partial
+
+Region = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Src:
+    """A stored zarr array on local disk (the `DataNode` of `da.from_zarr`)."""
+
+    array: Any
+    url: str
+
+
+@dataclass(frozen=True)
+class Blk:
+    """The values of the whole-array symbol `full` over `region`."""
+
+    full: Full
+    region: Region
+
+
+@dataclass(frozen=True)
+class Red:
+    """The reduction `kind` of `base` over `axes`, restricted to `region` of `base`."""
+
+    kind: str
+    base: Full
+    axes: tuple[int, ...]
+    region: Region
+    keepdims: bool
+    dtype: np.dtype | None
+    ddof: float = 0.0
+    #: Dask's value of the key is a step's state (mean's sums and counts, var's moments, an
+    #: arg-reduction's values and indices), not the reduction's values: never read back.
+    state: bool = False
+
+    def complete(self) -> bool:
+        return all(self.region[a] == (0, self.base.shape[a]) for a in self.axes)
+
+    def spec(self) -> tuple[Any, ...]:
+        """What identifies the reduction's whole result (everything but the region)."""
+        return (self.kind, self.base.root, self.axes, self.keepdims, self.dtype, self.ddof)
+
+    def partial(self) -> Partial:
+        """The complete reduction as the IR builder takes it."""
+        return Partial(
+            self.kind, self.base, self.axes, True, self.keepdims, self.dtype, ddof=self.ddof
+        )
+
+
+@dataclass(frozen=True)
+class Filled:
+    """A block of `shape` holding `value` (a numpy scalar of the block's dtype) everywhere;
+    an operand of elementwise functions only."""
+
+    value: Any
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Store:
+    """`full` over `region` written into the zarr array at `url` (Dask's `load_store_chunk`)."""
+
+    full: Full
+    region: Region
+    url: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Stored:
+    """Dask's `finalize` of store tasks: the writes, and what `finalize` makes of their Nones."""
+
+    stores: tuple[Store, ...]
+    template: Any
+
+
+Symbol = Src | Blk | Red | Store | Stored
+
+
+def is_hashable(f: Any) -> bool:
+    """Whether `f` can be looked up in a dict (partials of unhashable values cannot)."""
+    try:
+        hash(f)
+    except TypeError:
+        return False
+    return True
+
+
+def unwrap(func: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """A function with the positional and keyword arguments `functools.partial` bound."""
+    if isinstance(func, functools.partial):
+        return func.func, func.args, dict(func.keywords)
+    return func, (), {}
+
+
+def unit_box(index: Any, shape: tuple[int, ...]) -> Region:
+    """The box a tuple of unit-step slices selects."""
+    if not isinstance(index, tuple) or len(index) != len(shape):
+        raise NotNative("not a full tuple of slices")
+    out = []
+    for s, n in zip(index, shape, strict=True):
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise NotNative("not a unit-step slice")
+        start, stop, _ = s.indices(n)
+        out.append((start, max(start, stop)))
+    return tuple(out)
+
+
+def bounding(regions: list[Region]) -> Region:
+    """The box the regions tile exactly; NotNative when they do not."""
+    box = tuple(
+        (min(r[d][0] for r in regions), max(r[d][1] for r in regions))
+        for d in range(len(regions[0]))
+    )
+    volume = int(np.prod([b - a for a, b in box]))
+    if sum(int(np.prod([b - a for a, b in r])) for r in regions) != volume:
+        raise NotNative("partial reductions that do not tile a box")
+    return box
+
+
+def with_values(items: list[Any]) -> list[Any]:
+    """The blocks and reductions whose region holds values, or all of them when none does
+    (an empty block of a strided selection may name another selection of the same array)."""
+    kept = [i for i in items if not isinstance(i, Blk | Red) or all(b > a for a, b in i.region)]
+    return kept or items
+
+
+def nones(v: Any) -> Any:
+    """`v`'s nesting of lists and tuples with None for every item (what stores return)."""
+    if isinstance(v, list | tuple):
+        return type(v)(nones(x) for x in v)
+    return None
+
+
+def flat_items(v: Any) -> list[Any]:
+    """The items of nested lists and tuples, in order."""
+    if isinstance(v, list | tuple):
+        return [x for item in v for x in flat_items(item)]
+    return [v]
