@@ -381,6 +381,24 @@ impl Accumulator {
                     }
                 }
             }
+            (State::Welford(cnt, mean, m2), Reg::F(v)) if at.stride == 1 => {
+                // Contiguous lanes, branch-free (a NaN that nanvar skips adds 0 to the count
+                // and leaves mean and m2 as they were), so the loop vectorizes.
+                let skip_nan = matches!(func, NanVar | NanStd);
+                let lanes = cnt[o..o + n]
+                    .iter_mut()
+                    .zip(&mut mean[o..o + n])
+                    .zip(&mut m2[o..o + n]);
+                for (((c, m), q), x) in lanes.zip(&v[..n]) {
+                    let seen = !(skip_nan && x.is_nan());
+                    let c1 = *c + if seen { 1.0 } else { 0.0 };
+                    let d = if seen { x - *m } else { 0.0 };
+                    let m1 = *m + d / c1.max(1.0);
+                    *q += d * (if seen { x - m1 } else { 0.0 });
+                    *m = m1;
+                    *c = c1;
+                }
+            }
             (State::Welford(cnt, mean, m2), Reg::F(v)) => {
                 let skip_nan = matches!(func, NanVar | NanStd);
                 for (k, x) in v[..n].iter().enumerate() {
