@@ -462,3 +462,32 @@ def test_the_dask_scheduler_needs_no_cubed(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+
+
+def _halve(block: np.ndarray) -> np.ndarray:
+    return block / 2
+
+
+def test_fused_tasks_run_their_native_steps_in_the_engine(tmp_path: Path) -> None:
+    """A task Dask fused from native steps and a Python function (a reduction's last step and
+    a map_blocks, xarray's finalize of dask.compute) gets the native steps' values from the
+    engine: only the Python function runs in Python."""
+    xr = pytest.importorskip("xarray")
+    data = _zarr_source(tmp_path, (8, 6, 5), (1, 6, 5))
+    x = da.from_zarr(str(tmp_path / "x.zarr"))
+    got = (x.std(axis=0).map_blocks(_halve) + 1).compute(scheduler=get)
+    stats = last_stats()
+    assert stats is not None and stats.engine_runs == 1, stats
+    assert stats.python_tasks <= 2 and stats.native_tasks >= 8, stats
+    np.testing.assert_allclose(got, data.std(axis=0) / 2 + 1, rtol=1e-5)
+    t = xr.DataArray(x, dims=("time", "y", "x"), name="t")
+    (spread, extreme) = dask.compute(
+        t.std("time"), abs(t - t.mean("time")).max("time"), scheduler=get
+    )
+    stats = last_stats()
+    # Per DataArray: its finalize, fused into the last reduction step, and Dask's own.
+    assert stats is not None and stats.python_tasks <= 4 and stats.native_tasks >= 16, stats
+    np.testing.assert_allclose(spread.values, data.std(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(
+        extreme.values, np.abs(data - data.mean(axis=0)).max(axis=0), rtol=1e-5, atol=1e-6
+    )

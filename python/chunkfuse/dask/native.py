@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 import tempfile
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -82,6 +82,9 @@ class Interpreter(ReductionSteps):
         self._memo: dict[Any, Full] = {}
         #: Reductions that dropped their axes, by the result's root (for `x[None, ...]`).
         self._squeezed: dict[str, Red] = {}
+        #: Fused tasks that are not native as a whole, with the symbols of the inner steps
+        #: the engine computes for them (see `native_prefix`).
+        self.mixed: dict[Hashable, dict[Hashable, Any]] = {}
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -144,6 +147,39 @@ class Interpreter(ReductionSteps):
                 continue
             env[k] = self.node(node, env)
             stack.pop()
+
+    def native_prefix(self, t: Task, env: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
+        """Of a fused task that is not native as a whole (Dask fuses xarray's `finalize` into
+        the last step of a reduction): the symbols of its inner steps that the steps which
+        are not native consume, to be computed by the engine and handed to the rest."""
+        if t.func is not _execute_subgraph:
+            return {}
+        inner, _, inkeys, *deps = t.args
+        if not isinstance(inner, Mapping):
+            return {}
+        local: dict[Hashable, Any] = {}
+        for k, d in zip(inkeys, deps, strict=True):
+            if isinstance(d, TaskRef) and d.key in env:
+                local[k] = env[d.key]
+        done: dict[Hashable, Any] = {}
+        python: set[Hashable] = set()
+        for k in _topological(inner):
+            node = inner[k]
+            if any(d in python or (d not in local and d not in inner) for d in node.dependencies):
+                python.add(k)
+                continue
+            try:
+                value = self.node(node, local)
+            except Exception:  # noqa: BLE001 - the step runs in Python
+                python.add(k)
+                continue
+            local[k] = value
+            if isinstance(value, Blk | Red):
+                done[k] = value
+            else:
+                python.add(k)
+        needed = {d for k in python for d in inner[k].dependencies if d in done}
+        return {k: done[k] for k in needed if _materializable(done[k], True)}
 
     # -- functions -------------------------------------------------------------------------
 
@@ -540,6 +576,8 @@ class NativePart:
     values: dict[Hashable, Any]
     covered: set[Hashable]
     gpu_blocks: int = 0
+    #: Fused tasks whose native first steps the engine computed, rebuilt with their values.
+    tasks: dict[Hashable, Any] = field(default_factory=dict)
 
 
 def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
@@ -556,6 +594,10 @@ def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hasha
         except Exception:  # noqa: BLE001 - anything unrecognised runs in Python, which
             # raises the task's own error with its key if the task itself fails.
             failed.add(key)
+            if isinstance(node, Task):
+                prefix = interp.native_prefix(node, symbols)
+                if prefix:
+                    interp.mixed[key] = prefix
             continue
         if isinstance(value, Src | Blk | Red | Store | Stored):
             symbols[key] = value
@@ -597,17 +639,26 @@ def _materializable(sym: Symbol, wanted: bool) -> bool:
 
 
 def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
-    """True when the graph holds a zarr array, or xarray's lazy wrapper of one (as a data
-    node or a literal)."""
-    for node in graph.values():
-        if isinstance(node, Task) and node.func is _execute_subgraph and node.args:
-            # A fused task's own graph (Dask inlines the stored array into its getters).
-            inner = node.args[0]
-            inner = inner.value if isinstance(inner, DataNode) else inner
-            if isinstance(inner, Mapping) and has_zarr_arrays(inner):
-                return True
-        elif wraps_stored_array(node.value if isinstance(node, DataNode) else node):
-            return True
+    """True when the graph holds a zarr array, or xarray's lazy wrapper of one: as a data node
+    or a literal, also inside tasks and fused subgraphs (Dask inlines a stored array into its
+    getters), in the legacy tuple form as in the task form."""
+    return any(_holds_stored_array(node, 0) for node in graph.values())
+
+
+def _holds_stored_array(node: Any, depth: int) -> bool:
+    if depth > 8:
+        return False
+    if isinstance(node, DataNode):
+        node = node.value
+    if wraps_stored_array(node):
+        return True
+    if isinstance(node, Task | NestedContainer):
+        inner = [*node.args, *node.kwargs.values()] if isinstance(node, Task) else node.args
+        return any(_holds_stored_array(a, depth + 1) for a in inner)
+    if isinstance(node, tuple | list):
+        return any(_holds_stored_array(a, depth + 1) for a in node)
+    if isinstance(node, dict):
+        return any(_holds_stored_array(a, depth + 1) for a in node.values())
     return False
 
 
@@ -627,9 +678,14 @@ def run_native(
     symbols = symbols_of(graph, interp)
     if not any(isinstance(s, Blk | Red | Store | Stored) for s in symbols.values()):
         return None
+    # A fused task with native first steps, rebuilt with their values (placeholders until
+    # the engine has run): it no longer depends on what only those steps read.
+    rebuilt = {
+        k: _with_inner_values(graph[k], {i: None for i in p}) for k, p in interp.mixed.items()
+    }
     dependents: dict[Hashable, set[Hashable]] = {k: set() for k in graph}
     for k, n in graph.items():
-        for d in n.dependencies:
+        for d in rebuilt.get(k, n).dependencies:
             if d in dependents:
                 dependents[d].add(k)
     while True:
@@ -644,15 +700,49 @@ def run_native(
         for k in demote:
             del symbols[k]
     roots = {k for k in roots if not isinstance(symbols[k], Src)}
-    if not roots:
+    if not roots and not interp.mixed:
         return None
+    todo: dict[Hashable, Any] = {k: symbols[k] for k in roots}
+    for k, prefix in interp.mixed.items():
+        todo.update({_InnerKey(k, i): sym for i, sym in prefix.items()})
     with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
-        values, gpu_blocks = _compute(
-            interp, {k: symbols[k] for k in roots}, tmp, max_mem, threads, device
-        )
+        computed, gpu_blocks = _compute(interp, todo, tmp, max_mem, threads, device)
+    values = {k: v for k, v in computed.items() if not isinstance(k, _InnerKey)}
+    tasks = {
+        k: _with_inner_values(graph[k], {i: computed[_InnerKey(k, i)] for i in prefix})
+        for k, prefix in interp.mixed.items()
+    }
     # Source arrays stay in the graph (roots never are sources): Python tasks may read them.
     covered = {k for k, s in symbols.items() if not isinstance(s, Src)}
-    return NativePart(values, covered, gpu_blocks)
+    return NativePart(values, covered, gpu_blocks, tasks)
+
+
+@dataclass(frozen=True)
+class _InnerKey:
+    """The key of an inner step of fused task `task` among the engine's results."""
+
+    task: Hashable
+    inner: Hashable
+
+
+def _with_inner_values(task: Task, values: dict[Hashable, Any]) -> Task:
+    """Fused `task` with the inner steps in `values` replaced by their values, and without
+    the dependencies that only those steps read."""
+    inner, outkey, _, *_ = task.args
+    replaced = {k: (DataNode(k, values[k]) if k in values else n) for k, n in inner.items()}
+    # Only the steps the output still needs: a replaced step's own inputs drop out.
+    nodes: dict[Hashable, Any] = {}
+    stack = [outkey]
+    while stack:
+        k = stack.pop()
+        if k in nodes or k not in replaced:
+            continue
+        nodes[k] = replaced[k]
+        stack.extend(nodes[k].dependencies)
+    used = sorted({d for n in nodes.values() for d in n.dependencies if d not in nodes}, key=repr)
+    return Task(
+        task.key, _execute_subgraph, nodes, outkey, tuple(used), *(TaskRef(k) for k in used)
+    )
 
 
 def _compute(

@@ -134,6 +134,7 @@ def _run_native_part(
     stats.gpu_blocks += part.gpu_blocks
     stats.engine_runs += 1
     rest = {k: v for k, v in graph.items() if k not in part.covered}
+    rest.update(part.tasks)
     rest.update({k: DataNode(k, v) for k, v in part.values.items()})
     return rest
 
