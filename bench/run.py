@@ -19,7 +19,8 @@ and tensorstore where importable. Then, if cubed is importable, the Cubed sectio
 (bench/cubed_report.py): sum, mean, the xarray anomaly and the rechunk written by the same Cubed
 code with RustExecutor and with Cubed's threads executor, next to each op's codec floor. The
 sum also runs as the same Dask code with scheduler=chunkfuse.dask.get, and
-bench/dask_overhead.py times 100,000 trivial Python tasks on both Dask schedulers. Every
+bench/dask_overhead.py times 100,000 trivial Python tasks on both Dask schedulers, and
+bench/xarray_dask.py xarray's reductions of the array opened with xr.open_zarr. Every
 measurement is its own child process; its peak RSS is that child's ru_maxrss (os.wait4, through
 scripts/rss_exec.py). Results are cross-checked between tools.
 
@@ -787,6 +788,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print("dask scheduler overhead:", file=sys.stderr)
         lines = overhead_lines(100_000, args.threads)
+        report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
+        # xarray's reductions on Dask (bench/xarray_dask.py).
+        from xarray_dask import xarray_lines
+
+        print("xarray on dask:", file=sys.stderr)
+        lines = xarray_lines(source, Path(args.data), args.threads, args.repeat)
         report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
     storage_failed: list[str] = []
     if "storage" not in skip:
