@@ -639,26 +639,30 @@ def _materializable(sym: Symbol, wanted: bool) -> bool:
 
 
 def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
-    """True when the graph holds a zarr array, or xarray's lazy wrapper of one: as a data node
-    or a literal, also inside tasks and fused subgraphs (Dask inlines a stored array into its
-    getters), in the legacy tuple form as in the task form."""
-    return any(_holds_stored_array(node, 0) for node in graph.values())
+    """True when the graph holds a zarr array, or xarray's lazy wrapper of one: as a node, as
+    a direct argument of a task (legacy tuple or task form: Dask inlines stored arrays into
+    their getters), or inside a fused task's subgraph. Keys and other nested arguments are not
+    searched: this runs on every graph, and must stay cheap for many small Python tasks."""
+    return any(_holds_stored_array(node) for node in graph.values())
 
 
-def _holds_stored_array(node: Any, depth: int) -> bool:
-    if depth > 8:
-        return False
-    if isinstance(node, DataNode):
-        node = node.value
-    if wraps_stored_array(node):
-        return True
-    if isinstance(node, Task | NestedContainer):
-        inner = [*node.args, *node.kwargs.values()] if isinstance(node, Task) else node.args
-        return any(_holds_stored_array(a, depth + 1) for a in inner)
-    if isinstance(node, tuple | list):
-        return any(_holds_stored_array(a, depth + 1) for a in node)
-    if isinstance(node, dict):
-        return any(_holds_stored_array(a, depth + 1) for a in node.values())
+#: Types that are never a stored array: the keys and literals of most task arguments.
+_PLAIN = frozenset({int, float, str, bool, bytes, tuple, type(None)})
+
+
+def _holds_stored_array(node: Any) -> bool:
+    if type(node) is tuple:
+        # A legacy task: the callable, then its arguments.
+        args: Any = node[1:] if node and callable(node[0]) else ()
+    elif isinstance(node, Task):
+        if node.func is _execute_subgraph and node.args and isinstance(node.args[0], Mapping):
+            return has_zarr_arrays(node.args[0])
+        args = (*node.args, *node.kwargs.values())
+    else:
+        return wraps_stored_array(node.value if isinstance(node, DataNode) else node)
+    for a in args:
+        if type(a) not in _PLAIN and wraps_stored_array(a.value if isinstance(a, DataNode) else a):
+            return True
     return False
 
 

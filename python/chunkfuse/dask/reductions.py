@@ -6,6 +6,7 @@ arg-reductions gives the reduction of a region (`Red`), or that of a step's stat
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -79,12 +80,12 @@ def dask_steps() -> DaskSteps:
     )
 
 
-class ReductionSteps:
+class ReductionSteps(ABC):
     """The Interpreter's reading of Dask's reduction steps, each into a `Red`."""
 
+    @abstractmethod
     def _cast(self, full: Full, dtype: np.dtype) -> Full:
         """`full` cast to `dtype` (the Interpreter's IR builder does it)."""
-        raise NotImplementedError
 
     def _chunk_reduce(self, kind: str, args: list[Any], kw: dict[str, Any]) -> Red:
         """A reduction's chunk step: `kind` of one block, reduced axes kept."""
