@@ -303,6 +303,81 @@ def test_selections_run_in_the_engine(tmp_path: Path, name: str) -> None:
     np.testing.assert_array_equal(x.compute(scheduler=get), data[SELECTIONS[name]])
 
 
+def _joined_sources(tmp_path: Path) -> tuple[da.Array, da.Array, da.Array]:
+    """Three stored arrays that join along either axis of (rows, 6), each chunked its own way."""
+    rng = np.random.default_rng(11)
+    out = []
+    for name, rows, chunks, dtype in (
+        ("a", 7, (3, 4), "f4"),
+        ("b", 5, (2, 6), "f4"),
+        ("i", 6, (6, 2), "i2"),
+    ):
+        z = zarr.create_array(
+            tmp_path / f"{name}.zarr", shape=(rows, 6), chunks=chunks, dtype=dtype
+        )
+        z[:] = (rng.standard_normal((rows, 6)) * 10).astype(dtype)
+        out.append(da.from_zarr(str(tmp_path / f"{name}.zarr")))
+    return out[0], out[1], out[2]
+
+
+JOINS = {
+    "rows": lambda a, b, i: da.concatenate([a, b], axis=0),
+    "columns": lambda a, b, i: da.concatenate([a[:5], b, a[2:]], axis=1),
+    "same twice": lambda a, b, i: da.concatenate([a, a + 1], axis=0),
+    "dtypes": lambda a, b, i: da.concatenate([b, i], axis=0),
+}
+
+#: Concatenations Dask's optimisation inlines into the next step's tasks (a join of a join, a
+#: strided selection): correct, but their reductions still run in Python.
+INLINED_JOINS = {
+    "nested": lambda a, b, i: da.concatenate([da.concatenate([a, b]), a * 2], axis=0),
+    "cut": lambda a, b, i: da.concatenate([a, b, a], axis=0)[4:15:2],
+}
+
+
+def _join_exprs(x: da.Array) -> list[da.Array]:
+    return [x, x.sum(axis=0), x.mean(axis=1), x.max(), (x * 2).std(axis=0)]
+
+
+@pytest.mark.parametrize("name", sorted(JOINS))
+def test_concatenations_run_in_the_engine(tmp_path: Path, name: str) -> None:
+    """`da.concatenate` has no tasks of its own (its blocks alias the inputs' blocks, often
+    fused into the next step): its values and reductions over it run natively, as one IR
+    `concat` of the inputs."""
+    x = JOINS[name](*_joined_sources(tmp_path))
+    for expr in _join_exprs(x):
+        got = expr.compute(scheduler=get)
+        stats = last_stats()
+        assert stats is not None and stats.python_tasks == 0 and stats.engine_runs == 1, stats
+        want = expr.compute(scheduler="sync")
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(INLINED_JOINS))
+def test_inlined_concatenations_compute_as_dask_does(tmp_path: Path, name: str) -> None:
+    x = INLINED_JOINS[name](*_joined_sources(tmp_path))
+    for expr in _join_exprs(x):
+        want = expr.compute(scheduler="sync")
+        got = expr.compute(scheduler=get)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    # Irregular chunks: Dask rechunks before writing, and the write runs in Python.
+    with dask.config.set(scheduler=get):
+        x.to_zarr(str(tmp_path / "out.zarr"))
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr")[:], x.compute())
+
+
+def test_part_of_a_concatenation_stays_correct(tmp_path: Path) -> None:
+    """Blocks of a concatenation culled to some of its inputs keep their inputs' values."""
+    a, b, _ = _joined_sources(tmp_path)
+    x = da.concatenate([a, b, a], axis=0)
+    for expr in (x[8:11], x[8:11].sum(axis=0), x.blocks[1:3].mean(axis=0)):
+        np.testing.assert_allclose(
+            expr.compute(scheduler=get), expr.compute(scheduler="sync"), rtol=1e-5
+        )
+
+
 def test_reduction_states_consumed_in_python_stay_in_python(tmp_path: Path) -> None:
     """A Python task reading mean's per-block sums and counts gets Dask's own dict, not the
     engine's mean; a var whose ddof exceeds the count runs Dask's steps (NaN, not numpy's inf)."""

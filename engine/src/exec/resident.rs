@@ -59,7 +59,7 @@ pub fn worth_sharing(fused: &Fused, arrays: &[Arc<ZarrArray>], limit: u64) -> Ve
     let mut total = 0u64;
     for leaf in &fused.leaves {
         let bytes = array_bytes(&arrays[leaf.mat]);
-        if leaf.fft.is_some()
+        if !leaf.is_plain()
             || chosen.contains(&leaf.mat)
             || bytes.saturating_mul(4) > value_bytes
             || total + bytes > limit

@@ -41,10 +41,48 @@ pub struct FftBand {
     pub max_len: u64,
 }
 
-/// A view of a materialized array (or of its FFT).
+/// One materialized array of a joined leaf and where it starts along the joined axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConcatPart {
+    /// The array.
+    pub mat: MatId,
+    /// Its first index along the joined axis, in the joined values.
+    pub start: u64,
+    /// Its length along that axis.
+    pub len: u64,
+}
+
+/// Materialized arrays of one dtype joined end to end along `axis` (numpy's `concatenate`):
+/// a leaf's values that are read part by part, each chunk from the array holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeafConcat {
+    /// The joined axis.
+    pub axis: usize,
+    /// The parts in order; every part's other axes have the joined values' lengths.
+    pub parts: Vec<ConcatPart>,
+}
+
+impl LeafConcat {
+    /// The parts overlapping `[start, start + len)` along the joined axis, each with that
+    /// range cut to the part and made relative to its start.
+    pub fn overlapping(
+        &self,
+        start: u64,
+        len: u64,
+    ) -> impl Iterator<Item = (&ConcatPart, u64, u64)> + '_ {
+        let end = start + len;
+        self.parts.iter().filter_map(move |p| {
+            let lo = start.max(p.start);
+            let hi = end.min(p.start + p.len);
+            (lo < hi).then(|| (p, lo - p.start, hi - lo))
+        })
+    }
+}
+
+/// A view of a materialized array (or of its FFT, or of several joined).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Leaf {
-    /// The array.
+    /// The array (for a joined leaf: its first part, which has the leaf's dtype).
     pub mat: MatId,
     /// Maps the fused array's coordinates to the leaf's values' coordinates.
     pub view: View,
@@ -52,6 +90,15 @@ pub struct Leaf {
     pub dtype: DType,
     /// The transform of the material the leaf's values are, if any.
     pub fft: Option<Arc<LeafFft>>,
+    /// When set, the leaf's values are these materials joined (never with `fft`).
+    pub concat: Option<Arc<LeafConcat>>,
+}
+
+impl Leaf {
+    /// True when the leaf's values are its material's own, neither transformed nor joined.
+    pub fn is_plain(&self) -> bool {
+        self.fft.is_none() && self.concat.is_none()
+    }
 }
 
 /// A fused virtual array: a program over leaves.
@@ -80,6 +127,22 @@ impl Fused {
         Fused::single_leaf(mat, shape, dtype, Some(Arc::new(fft)), grid)
     }
 
+    /// Materials of dtype `dtype` joined along `concat.axis` into `shape`, in chunks `grid`.
+    pub fn concat(concat: LeafConcat, shape: Vec<u64>, dtype: DType, grid: ChunkGrid) -> Fused {
+        let mat = concat.parts.first().map_or(0, |p| p.mat);
+        let mut f = Fused::single_leaf(mat, shape, dtype, None, grid);
+        f.leaves[0].concat = Some(Arc::new(concat));
+        f
+    }
+
+    /// The parts of a value that is materials joined along `axis` and read as they are.
+    pub fn concat_parts(&self, axis: usize) -> Option<&[ConcatPart]> {
+        let leaf = self.program.as_single_load()?;
+        let l = &self.leaves[leaf];
+        let c = l.concat.as_deref()?;
+        (c.axis == axis && l.view.is_identity()).then_some(c.parts.as_slice())
+    }
+
     /// One leaf of material `mat` read through the identity view.
     fn single_leaf(
         mat: MatId,
@@ -97,6 +160,7 @@ impl Fused {
                 view: View::identity(shape.len()),
                 dtype,
                 fft,
+                concat: None,
             }],
             shape,
             grid,
@@ -107,7 +171,7 @@ impl Fused {
     pub fn plain_material(&self) -> Option<MatId> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
-        (l.view.is_identity() && l.fft.is_none()).then_some(l.mat)
+        (l.view.is_identity() && l.is_plain()).then_some(l.mat)
     }
 
     /// The result dtype.
@@ -128,6 +192,7 @@ impl Fused {
                     view: l.view.compose(view),
                     dtype: l.dtype,
                     fft: l.fft.clone(),
+                    concat: l.concat.clone(),
                 })
                 .collect(),
             shape,
@@ -225,5 +290,27 @@ fn emit(
             program.insts.push(Inst::Cast { arg: r, to: *to });
             program.insts.len() - 1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ConcatPart, LeafConcat};
+
+    #[test]
+    fn joined_parts_overlapping_a_range_are_cut_to_it() {
+        let part = |mat, start, len| ConcatPart { mat, start, len };
+        let c = LeafConcat {
+            axis: 1,
+            parts: vec![part(0, 0, 4), part(1, 4, 0), part(2, 4, 3), part(0, 7, 4)],
+        };
+        let got: Vec<(usize, u64, u64)> = c
+            .overlapping(3, 6)
+            .map(|(p, start, len)| (p.mat, start, len))
+            .collect();
+        // Rows 3..9: the last row of the first part, all of the third, two of the fourth;
+        // the empty part contributes nothing.
+        assert_eq!(got, vec![(0, 3, 1), (2, 0, 3), (0, 0, 2)]);
+        assert_eq!(c.overlapping(11, 2).count(), 0);
     }
 }

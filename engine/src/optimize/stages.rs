@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::fuse::{self, Fused, MatId};
+use super::fuse::{self, ConcatPart, Fused, LeafConcat, MatId};
 use super::rechunk;
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
@@ -128,7 +128,9 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     for (i, node) in graph.nodes.iter().enumerate() {
         let inputs: Vec<usize> = match &node.kind {
             NodeKind::Source(_) => vec![],
-            NodeKind::Elementwise { inputs, .. } => inputs.clone(),
+            NodeKind::Elementwise { inputs, .. } | NodeKind::Concat { inputs, .. } => {
+                inputs.clone()
+            }
             NodeKind::Reduce(r) => vec![r.input],
             NodeKind::Fft(f) => vec![f.input],
             NodeKind::Rechunk { input }
@@ -198,6 +200,49 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
             NodeKind::Slice { input, view } => {
                 let f = fused_of(&fused, *input)?;
                 fused[i] = Some(f.through(view, node.shape.clone(), node.grid.clone()));
+            }
+            NodeKind::Concat { inputs, axis } => {
+                let mut parts: Vec<ConcatPart> = Vec::new();
+                let mut start = 0;
+                for &j in inputs {
+                    let f = fused_of(&fused, j)?.clone();
+                    let len = graph.nodes[j].shape[*axis];
+                    // A join of joins along the same axis reads their parts directly.
+                    if let Some(inner) = f.concat_parts(*axis) {
+                        parts.extend(inner.iter().map(|p| ConcatPart {
+                            start: start + p.start,
+                            ..*p
+                        }));
+                        start += len;
+                        continue;
+                    }
+                    // Parts are read as stored: anything else is computed into an
+                    // intermediate first.
+                    let mat = match f.plain_material() {
+                        Some(m) => m,
+                        None => {
+                            let part = &graph.nodes[j];
+                            let m = intermediate(
+                                &mut materials,
+                                &part.id,
+                                &part.shape,
+                                part.dtype,
+                                &part.grid.chunk_shape(),
+                            )?;
+                            plan_copy(&mut materials, &mut stages, f, m, &part.id, opts)?;
+                            m
+                        }
+                    };
+                    parts.push(ConcatPart { mat, start, len });
+                    start += len;
+                }
+                let concat = LeafConcat { axis: *axis, parts };
+                fused[i] = Some(Fused::concat(
+                    concat,
+                    node.shape.clone(),
+                    node.dtype,
+                    node.grid.clone(),
+                ));
             }
             NodeKind::Reduce(spec) => {
                 // Written straight into a target when only a write (perhaps after casts and
@@ -643,7 +688,7 @@ fn stream_plan(
     let [leaf] = src.leaves.as_slice() else {
         return None;
     };
-    if leaf.fft.is_some() || src.plain_leaf(mat.dtype).is_none() {
+    if !leaf.is_plain() || src.plain_leaf(mat.dtype).is_none() {
         return None;
     }
     if !stream_copy::rows_of_single_chunks(&materials[leaf.mat].grid, &mat.grid) {

@@ -244,6 +244,14 @@ pub enum Op {
         /// One item per leading axis.
         selection: Vec<SliceItem>,
     },
+    /// Inputs joined end to end along one axis (numpy's `concatenate`); they share a dtype
+    /// and every other axis's length.
+    Concat {
+        /// Input array ids, in order.
+        inputs: Vec<String>,
+        /// The axis (negative counts from the end).
+        axis: i64,
+    },
     /// A discrete Fourier transform along whole axes.
     Fft {
         /// Input array id.
@@ -268,6 +276,7 @@ impl Op {
             Op::Reduce { .. } => "reduce",
             Op::Rechunk { .. } => "rechunk",
             Op::Slice { .. } => "slice",
+            Op::Concat { .. } => "concat",
             Op::Fft { .. } => "fft",
             Op::Write { .. } => "write",
         }

@@ -294,6 +294,27 @@ fn op(o: &Obj) -> Result<Op> {
                 selection,
             }
         }
+        "concat" => {
+            o.check_keys(&["id", "op", "inputs", "axis"])?;
+            let path = o.at("inputs");
+            let inputs = list(o.req("inputs")?, &path)?
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_str().map(str::to_string).ok_or_else(|| {
+                        Error::plan(format!("{path}[{i}]"), "expected an array or op id")
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            plan_ensure!(!inputs.is_empty(), path, "concat needs at least one input");
+            let axis = match o.get("axis") {
+                None => 0,
+                Some(v) => v
+                    .as_i64()
+                    .ok_or_else(|| Error::plan(o.at("axis"), "expected an integer"))?,
+            };
+            Op::Concat { inputs, axis }
+        }
         "write" => {
             o.check_keys(&[
                 "id",
@@ -351,7 +372,7 @@ fn op(o: &Obj) -> Result<Op> {
         "fft" => fft(o)?,
         other => plan_bail!(
             o.at("op"),
-            "unknown op \"{other}\"; must be one of elementwise, reduce, rechunk, slice, fft, write"
+            "unknown op \"{other}\"; must be one of elementwise, reduce, rechunk, slice, concat, fft, write"
         ),
     })
 }

@@ -210,6 +210,21 @@ class IrBuilder:
             raise NotNative("expand_dims of an array that was not squeezed on those axes")
         return undone[0]
 
+    def concat(self, xs: Sequence[Full], axis: int) -> Full:
+        """`xs` joined along `axis` (numpy's `concatenate`), cast to their common dtype."""
+        dtype = np.result_type(*(x.dtype for x in xs))
+        parts = [x if x.dtype == dtype else self.astype(x, dtype) for x in xs]
+        shape = list(parts[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in parts)
+        nid = self._fresh("cat")
+        self.nodes[nid] = {
+            "id": nid,
+            "op": "concat",
+            "inputs": [x.root for x in parts],
+            "axis": axis,
+        }
+        return Full(nid, tuple(shape), dtype)
+
     def rechunk(self, x: Full, chunks: tuple[int, ...]) -> Full:
         """`x` with new chunks (the engine bounds its memory, multi-stage when needed). A
         rechunk of a rechunk reads the first one's input: Cubed's multi-stage rechunks become

@@ -27,6 +27,7 @@ from chunkfuse.cubed.symbols import Const, Full, NotNative
 from chunkfuse.stored import wraps_stored_array, zarr_array_behind
 from chunkfuse.urls import zarr_array_url
 
+from .joins import JoinBuilder, find_joins
 from .reductions import REDUCERS, ReductionSteps, dask_steps
 from .symbols import (
     Blk,
@@ -85,6 +86,8 @@ class Interpreter(ReductionSteps):
         #: Fused tasks that are not native as a whole, with the symbols of the inner steps
         #: the engine computes for them (see `native_prefix`).
         self.mixed: dict[Hashable, dict[Hashable, Any]] = {}
+        #: The graph's concatenations (see `chunkfuse.dask.joins`).
+        self.joins: JoinBuilder | None = None
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -97,6 +100,8 @@ class Interpreter(ReductionSteps):
         if isinstance(node, Alias):
             if node.target not in env:
                 raise NotNative(f"{node.target!r} has no symbol")
+            if self.joins is not None and node.key in self.joins.joins:
+                return self.joins.block(node.key, env[node.target])
             return env[node.target]
         if isinstance(node, DataNode):
             return self.literal(node.value)
@@ -202,7 +207,7 @@ class Interpreter(ReductionSteps):
         if func is chunk.getitem and len(args) == 2 and not kwargs:
             return self._getitem(*args)
         if func is core.concatenate_shaped and len(args) == 2 and not kwargs:
-            return self._join(args[0])
+            return self._join(args[0], args[1])
         if func is chunk.astype:
             (x,) = args
             if not isinstance(x, Blk) or set(kwargs) - {"astype_dtype", "casting", "copy"}:
@@ -270,7 +275,48 @@ class Interpreter(ReductionSteps):
             isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state) for i in items
         ):
             return replace(first, region=bounding([i.region for i in items]))
-        raise NotNative("finalize of something else")
+        return self._tiled(parts, 0)
+
+    def _tiled(self, nested: Any, axis: int) -> Blk:
+        """Blocks nested as their block grid (lists along axes `axis`, `axis + 1`, ...) joined
+        into one block; runs of blocks of different arrays join through IR concats (the
+        blocks of a `da.concatenate` whose aliases Dask inlined)."""
+        if not isinstance(nested, list | tuple):
+            item = self.reduced(nested) if isinstance(nested, Red) else nested
+            if not isinstance(item, Blk):
+                raise NotNative("a join of something else")
+            return item
+        runs: list[Blk] = []
+        for b in (self._tiled(n, axis + 1) for n in nested):
+            last = runs[-1] if runs else None
+            if (
+                last is not None
+                and last.full == b.full
+                and last.region[axis][1] == b.region[axis][0]
+                and all(last.region[k] == b.region[k] for k in range(len(b.region)) if k != axis)
+            ):
+                region = list(b.region)
+                region[axis] = (last.region[axis][0], b.region[axis][1])
+                runs[-1] = Blk(b.full, tuple(region))
+            else:
+                runs.append(b)
+        if not runs:
+            raise NotNative("a join of nothing")
+        if len(runs) == 1:
+            return runs[0]
+        off_axis = {tuple(b - a for k, (a, b) in enumerate(r.region) if k != axis) for r in runs}
+        if len(off_axis) != 1 or any(len(r.region) <= axis for r in runs):
+            raise NotNative("blocks that do not tile a box")
+        parts = [self._region_of(r) for r in runs]
+        joined = self.b.concat(parts, axis)
+        return Blk(joined, tuple((0, n) for n in joined.shape))
+
+    def _region_of(self, x: Blk) -> Full:
+        """The values of block `x` as a whole array (a slice of its array unless whole)."""
+        if all(r == (0, n) for r, n in zip(x.region, x.full.shape, strict=True)):
+            return x.full
+        shape = tuple(b - a for a, b in x.region)
+        return self.b.slice(x.full, [[a, b, 1] for a, b in x.region], shape)
 
     def _filled(self, like: Any, args: list[Any], kwargs: dict[str, Any]) -> Filled:
         """numpy's `zeros_like`, `ones_like` or `full_like` of a block, or Dask's zeros, ones
@@ -427,13 +473,18 @@ class Interpreter(ReductionSteps):
         )
         return self.reduced(replace(red, keepdims=True, region=region))
 
-    def _join(self, parts: Any) -> Blk:
-        """Blocks of one array joined into the box they tile (Dask's rechunk merges)."""
+    def _join(self, parts: Any, shape: Any) -> Blk:
+        """Blocks joined into the box they tile (Dask's rechunk merges): of one array, or of
+        several through IR concats."""
         items = [self.reduced(i) if isinstance(i, Red) else i for i in flat_items(parts)]
         items = with_values(items)
-        if not items or not all(isinstance(i, Blk) and i.full == items[0].full for i in items):
+        if items and all(isinstance(i, Blk) and i.full == items[0].full for i in items):
+            return Blk(items[0].full, bounding([i.region for i in items]))
+        from dask.array.core import reshapelist
+
+        if not isinstance(parts, list | tuple) or not isinstance(shape, tuple | list):
             raise NotNative("concatenation of something else")
-        return Blk(items[0].full, bounding([i.region for i in items]))
+        return self._tiled(reshapelist(tuple(shape), list(parts)), 0)
 
     def _getter(self, args: list[Any], kwargs: dict[str, Any]) -> Blk:
         if len(args) != 2 or not isinstance(args[0], Src) or kwargs.get("lock"):
@@ -581,7 +632,20 @@ class NativePart:
 
 
 def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
-    """The symbol of every top-level key that has one, in dependency order."""
+    """The symbol of every top-level key that has one, in dependency order (twice when a
+    concatenation's blocks are only known as one array once all were met)."""
+    joins = find_joins(graph)
+    if joins:
+        interp.joins = JoinBuilder(interp, joins)
+    symbols = _symbols_once(graph, interp)
+    if interp.joins is not None and interp.joins.rerun():
+        interp.joins.again()
+        interp.mixed.clear()
+        symbols = _symbols_once(graph, interp)
+    return symbols
+
+
+def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
     symbols: dict[Hashable, Any] = {}
     failed: set[Hashable] = set()
     for key in _topological(graph):

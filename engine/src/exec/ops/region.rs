@@ -14,12 +14,24 @@ use crate::exec::task::{ReadOp, TaskContext};
 use crate::kernels::fft::{transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
 use crate::optimize::fft::input_region;
-use crate::optimize::fuse::{Fused, LeafFft};
+use crate::optimize::fuse::{Fused, LeafConcat, LeafFft};
 use crate::plan::graph::ViewAxis;
 use crate::zarr::ZarrArray;
 
 /// The opened materialized arrays of a run, indexed by `MatId`.
 pub type Arrays = Arc<Vec<Arc<ZarrArray>>>;
+
+/// A chunk a leaf reads: chunk `idx` of material `mat`, whose values sit `shift` further
+/// along the leaf's joined axis than in the material (0 unless the leaf joins materials).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafChunk {
+    /// The material.
+    pub mat: usize,
+    /// The chunk's grid index in it.
+    pub idx: Vec<u64>,
+    /// Where the material starts along the joined axis.
+    pub shift: u64,
+}
 
 /// What one leaf needs for a region.
 #[derive(Debug, Clone)]
@@ -31,8 +43,13 @@ pub struct LeafRead {
     /// The box of the material read: `bbox`, or for an FFT leaf what its transform needs
     /// (transformed axes whole).
     pub read_box: Region,
-    /// Chunks of the material overlapping `read_box`, in C order.
-    pub chunks: Vec<Vec<u64>>,
+    /// Chunks of the material overlapping `read_box`, in C order (for a joined leaf, part
+    /// by part).
+    pub chunks: Vec<LeafChunk>,
+    /// The joined axis of a leaf that joins materials (0 otherwise).
+    pub axis: usize,
+    /// The shape of the leaf's values (its material's, or the joined materials').
+    pub values_shape: Vec<u64>,
     /// Element strides of the box buffer per region axis (0 where the leaf broadcasts).
     pub strides: Vec<usize>,
     /// The FFT the leaf's values are, if any.
@@ -48,6 +65,15 @@ pub struct LeafRead {
 }
 
 impl LeafRead {
+    /// Chunk `c`'s region in the leaf's values.
+    pub fn chunk_region(&self, c: &LeafChunk, arrays: &[Arc<ZarrArray>]) -> Region {
+        let mut r = arrays[c.mat].read_grid().chunk_region(&c.idx);
+        if let Some(s) = r.start.get_mut(self.axis) {
+            *s += c.shift;
+        }
+        r
+    }
+
     /// The transformed block of an FFT leaf: `read_box` with the transformed axes whole in
     /// the output.
     fn fft_block(&self, fft: &LeafFft) -> Region {
@@ -99,7 +125,7 @@ impl RegionRead {
                     Some(f) => input_region(&f.steps, &arr.shape(), &bbox),
                     None => bbox.clone(),
                 };
-                let resident = if leaf.fft.is_none() {
+                let resident = if leaf.is_plain() {
                     arr.resident()
                 } else {
                     None
@@ -125,16 +151,38 @@ impl RegionRead {
                     }
                 }
                 let held = resident.is_some() || band.is_some();
-                let chunks = if bbox.is_empty() || read_box.is_empty() || held {
-                    Vec::new()
+                let (chunks, axis, values_shape) = if let Some(c) = &leaf.concat {
+                    let mut values_shape = arr.shape();
+                    values_shape[c.axis] = c.parts.iter().map(|p| p.len).sum();
+                    let chunks = if read_box.is_empty() {
+                        Vec::new()
+                    } else {
+                        joined_chunks(c, arrays, &read_box)
+                    };
+                    (chunks, c.axis, values_shape)
                 } else {
-                    arr.read_grid().chunks_overlapping(&read_box)
+                    let chunks = if bbox.is_empty() || read_box.is_empty() || held {
+                        Vec::new()
+                    } else {
+                        arr.read_grid()
+                            .chunks_overlapping(&read_box)
+                            .into_iter()
+                            .map(|idx| LeafChunk {
+                                mat: leaf.mat,
+                                idx,
+                                shift: 0,
+                            })
+                            .collect()
+                    };
+                    (chunks, 0, arr.shape())
                 };
                 LeafRead {
                     mat: leaf.mat,
                     bbox,
                     read_box,
                     chunks,
+                    axis,
+                    values_shape,
                     strides,
                     fft: leaf.fft.clone(),
                     resident,
@@ -162,7 +210,7 @@ impl RegionRead {
     }
 
     /// Every (leaf, chunk) pair in read order.
-    pub fn pairs(&self) -> Vec<(usize, Vec<u64>)> {
+    pub fn pairs(&self) -> Vec<(usize, LeafChunk)> {
         self.leaves
             .iter()
             .enumerate()
@@ -174,11 +222,11 @@ impl RegionRead {
     pub fn read_ops(&self, arrays: &[Arc<ZarrArray>]) -> Result<Vec<ReadOp>> {
         self.pairs()
             .into_iter()
-            .map(|(l, c)| {
-                let arr = &arrays[self.leaves[l].mat];
+            .map(|(_, c)| {
+                let arr = &arrays[c.mat];
                 Ok(ReadOp {
                     store: arr.store().clone(),
-                    req: arr.read_request(&c)?,
+                    req: arr.read_request(&c.idx)?,
                 })
             })
             .collect()
@@ -209,14 +257,39 @@ impl RegionRead {
         self.leaves
             .iter()
             .map(|l| {
-                let arr = &arrays[l.mat];
                 l.chunks
                     .iter()
-                    .map(|c| arr.read_grid().chunk_region(c).len() * arr.dtype().size() as u64)
+                    .map(|c| {
+                        let arr = &arrays[c.mat];
+                        arr.read_grid().chunk_region(&c.idx).len() * arr.dtype().size() as u64
+                    })
                     .sum::<u64>()
             })
             .sum()
     }
+}
+
+/// The chunks of the joined materials `c` overlapping `read_box` (in the joined values),
+/// part by part.
+fn joined_chunks(c: &LeafConcat, arrays: &[Arc<ZarrArray>], read_box: &Region) -> Vec<LeafChunk> {
+    let mut chunks = Vec::new();
+    for (part, start, len) in c.overlapping(read_box.start[c.axis], read_box.shape[c.axis]) {
+        let mut part_box = read_box.clone();
+        part_box.start[c.axis] = start;
+        part_box.shape[c.axis] = len;
+        chunks.extend(
+            arrays[part.mat]
+                .read_grid()
+                .chunks_overlapping(&part_box)
+                .into_iter()
+                .map(|idx| LeafChunk {
+                    mat: part.mat,
+                    idx,
+                    shift: part.start,
+                }),
+        );
+    }
+    chunks
 }
 
 /// The values of FFT leaf `lr`: its material's `values` (over `read_box`) cast to the compute
@@ -296,13 +369,13 @@ impl Decoded {
 /// (which no chunk covers there) starts zeroed.
 fn leaf_buffer(lr: &LeafRead, arr: &ZarrArray) -> Buffer {
     let len = lr.read_box.len() as usize;
-    let shape = arr.shape();
+    let shape = &lr.values_shape;
     let inside = lr
         .read_box
         .start
         .iter()
         .zip(&lr.read_box.shape)
-        .zip(&shape)
+        .zip(shape)
         .all(|((s, n), full)| s + n <= *full);
     if inside {
         Buffer::for_overwrite(arr.dtype(), len)
@@ -314,7 +387,7 @@ fn leaf_buffer(lr: &LeafRead, arr: &ZarrArray) -> Buffer {
 /// Decoded leaf buffers of one region, filled batch by batch.
 pub struct Assembler {
     read: RegionRead,
-    pairs: Vec<(usize, Vec<u64>)>,
+    pairs: Vec<(usize, LeafChunk)>,
     next: usize,
     bufs: Vec<Option<Buffer>>,
     /// Which FFT leaves' buffers hold their transform already.
@@ -401,27 +474,26 @@ impl Assembler {
         let decoded: Vec<Result<Decoded>> = data
             .into_par_iter()
             .zip(pairs.par_iter())
-            .map(|(bytes, (l, idx))| {
+            .map(|(bytes, (l, c))| {
                 let lr = &self.read.leaves[*l];
-                let arr = &arrays[lr.mat];
+                let arr = &arrays[c.mat];
                 // Uncompressed chunks (intermediates) are copied into the leaf's buffer
                 // straight from the bytes read, not first into a buffer of their own.
-                let whole =
-                    arr.read_grid().chunk_region(idx) == lr.read_box && lr.chunks.len() == 1;
+                let whole = lr.chunk_region(c, arrays) == lr.read_box && lr.chunks.len() == 1;
                 match bytes {
-                    Some(v) if !keeps && !whole && arr.raw_values(idx, &v).is_some() => {
+                    Some(v) if !keeps && !whole && arr.raw_values(&c.idx, &v).is_some() => {
                         Ok(Decoded::Raw(v))
                     }
-                    bytes => arr.decode_read(idx, bytes).map(Decoded::Values),
+                    bytes => arr.decode_read(&c.idx, bytes).map(Decoded::Values),
                 }
             })
             .collect();
-        for (decoded, (l, idx)) in decoded.into_iter().zip(pairs) {
+        for (decoded, (l, c)) in decoded.into_iter().zip(pairs) {
             let decoded = decoded?;
             ctx.add_decoded(decoded.bytes().len() as u64);
             let lr = &self.read.leaves[*l];
-            let arr = &arrays[lr.mat];
-            let chunk_region = arr.read_grid().chunk_region(idx);
+            let arr = &arrays[c.mat];
+            let chunk_region = lr.chunk_region(c, arrays);
             let whole = chunk_region == lr.read_box && lr.chunks.len() == 1;
             let decoded = match decoded {
                 Decoded::Values(buf) if self.kept.is_some() => {

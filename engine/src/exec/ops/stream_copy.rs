@@ -191,7 +191,7 @@ pub fn tasks(
     batch_bytes: u64,
 ) -> Result<Vec<Task>> {
     let leaf = match fused.leaves.as_slice() {
-        [l] if fused.plain_leaf(out.dtype()).is_some() && l.fft.is_none() => l,
+        [l] if fused.plain_leaf(out.dtype()).is_some() && l.is_plain() => l,
         _ => {
             return Err(Error::internal(
                 "a stream copy needs a plain copy of one array",
