@@ -9,7 +9,9 @@ Makes a small ERA5-like 2 m temperature dataset, opens it with ``da.from_zarr`` 
 2. writes the anomaly ``x - mean`` to Zarr (``to_zarr(..., compute=False)`` then ``compute``);
 3. shows ``dask.diagnostics.ProgressBar`` working with it;
 4. opens the dataset with xarray (Dask-backed) and computes the standard deviation over time
-   and the largest anomaly, xarray's NaN-skipping reductions.
+   and the largest anomaly, xarray's NaN-skipping reductions;
+5. joins the first and last weeks along time (``da.concatenate``) and stacks their means
+   (``da.stack``).
 
 All of these tasks are ones chunkfuse recognises, so they run in the engine (it prints how many
 tasks ran where).
@@ -84,7 +86,19 @@ def main() -> None:
         np.testing.assert_allclose(got_spread, want_spread, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(got_extreme, want_extreme, rtol=1e-4, atol=1e-4)
         print(f"xarray: std over time and largest anomaly in {elapsed:.2f} s, match Dask's")
-        runs = (first, second, third, fourth)
+        # 5. Joins: the first and last weeks of the record joined along time, and their
+        # means stacked (`da.concatenate` and `da.stack` are the engine's `concat`).
+        week = min(7, args.time // 2)
+        ends = da.concatenate([x[:week], x[-week:]], axis=0)
+        means = da.stack([x[:week].mean(axis=0), x[-week:].mean(axis=0)])
+        got_peak, got_means = dask.compute(ends.max(axis=0), means, scheduler=get)
+        fifth = chunkfuse.dask.last_stats()
+        joined = np.concatenate([values[:week], values[-week:]])
+        np.testing.assert_array_equal(got_peak, joined.max(axis=0))
+        want_means = np.stack([values[:week].mean(axis=0), values[-week:].mean(axis=0)])
+        np.testing.assert_allclose(got_means, want_means, rtol=1e-5)
+        print(f"first and last {week} steps joined and their means stacked: {got_means.shape}")
+        runs = (first, second, third, fourth, fifth)
         native = sum(r.native_tasks for r in runs)
         python = sum(r.python_tasks for r in runs)
         print(f"Dask tasks run by the engine {native}, Python tasks {python}")

@@ -41,8 +41,10 @@ def joins(draw: st.DrawFn) -> dict[str, Any]:
         s[axis] = draw(st.integers(0, 7))
         values = (rng.standard_normal(s) * 50).astype(dtype)
         chunks = [max(1, draw(st.integers(1, max(n, 1)))) for n in s]
-        # A part given as `x * 1` (not stored as it is) is computed into an intermediate.
-        parts.append({"values": values, "chunks": chunks, "computed": draw(st.booleans())})
+        # A part given as `x * 1` (not stored as it is) is computed into an intermediate; a
+        # cropped one (an index and a crop of a larger array) is read where it is stored.
+        kind = draw(st.sampled_from(["stored", "computed", "cropped"]))
+        parts.append({"values": values, "chunks": chunks, "kind": kind})
     consumer = draw(st.sampled_from(["write", "sum", "slice", "add"]))
     reduce_axis = draw(st.integers(0, rank - 1))
     write_chunks = [draw(st.integers(1, 8)) for _ in range(rank)]
@@ -60,10 +62,20 @@ def join_plan(case: dict[str, Any], root: Path) -> tuple[dict[str, Any], Path]:
     arrays, ops, names = [], [], []
     for k, part in enumerate(case["parts"]):
         path = root / f"p{k}.zarr"
-        write_v3(path, part["values"], part["chunks"])
+        values = part["values"]
+        if part["kind"] == "cropped":
+            padded = np.zeros((2, *(n + 2 for n in values.shape)), values.dtype)
+            padded[(1, *(slice(1, 1 + n) for n in values.shape))] = values
+            write_v3(path, padded, [2, *(c + 1 for c in part["chunks"])])
+        else:
+            write_v3(path, values, part["chunks"])
         arrays.append({"id": f"p{k}", "zarr": str(path)})
         name = f"p{k}"
-        if part["computed"]:
+        if part["kind"] == "cropped":
+            name = f"q{k}"
+            selection = [1, *([1, 1 + n] for n in values.shape)]
+            ops.append({"id": name, "op": "slice", "input": f"p{k}", "selection": selection})
+        if part["kind"] == "computed":
             name = f"q{k}"
             expr = {"op": "multiply", "args": [{"input": 0}, {"const": 1}]}
             if part["values"].dtype == bool:
@@ -128,8 +140,42 @@ def test_concat_matches_numpy(run_plan: RunPlan, case: dict[str, Any]) -> None:
         np.testing.assert_array_equal(got, expected)
 
 
+@SETTINGS
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    count=st.integers(1, 3),
+    data=st.data(),
+)
+def test_stack_through_new_axes_matches_numpy(
+    run_plan: RunPlan, shape: list[int], count: int, data: st.DataObject
+) -> None:
+    """numpy's `stack`: each input given a new axis by a `slice` with "newaxis", then joined."""
+    axis = data.draw(st.integers(0, len(shape)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    parts = [rng.standard_normal(shape).astype("f4") for _ in range(count)]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        arrays, ops = [], []
+        for k, values in enumerate(parts):
+            chunks = [data.draw(st.integers(1, n)) for n in shape]
+            write_v3(root / f"p{k}.zarr", values, chunks)
+            arrays.append({"id": f"p{k}", "zarr": str(root / f"p{k}.zarr")})
+            selection: list[Any] = [None] * axis + ["newaxis"]
+            ops.append({"id": f"e{k}", "op": "slice", "input": f"p{k}", "selection": selection})
+        ops.append(
+            {"id": "c", "op": "concat", "inputs": [f"e{k}" for k in range(count)], "axis": axis}
+        )
+        ops.append({"id": "w", "op": "write", "input": "c", "target": str(root / "out.zarr")})
+        plan = {"name": "hypothesis-stack", "arrays": arrays, "ops": ops}
+        note(json.dumps(plan))
+        run_plan(plan, {})
+        got = read_zarr(root / "out.zarr")
+    np.testing.assert_array_equal(got, np.stack(parts, axis=axis))
+
+
 def test_joined_parts_are_read_where_they_are(run_plan: RunPlan, tmp_path: Path) -> None:
-    """Stored parts are read in place: the sum of a join runs as one stage, no copy first."""
+    """Stored parts, also cropped or given a new axis, are read in place: the max of a join
+    runs as one stage, no copy first."""
     a = np.arange(60, dtype="f4").reshape(6, 10)
     b = -np.arange(40, dtype="f4").reshape(4, 10)
     write_v3(tmp_path / "a.zarr", a, (4, 3))
@@ -140,15 +186,22 @@ def test_joined_parts_are_read_where_they_are(run_plan: RunPlan, tmp_path: Path)
             {"id": "b", "zarr": str(tmp_path / "b.zarr")},
         ],
         "ops": [
-            {"id": "c", "op": "concat", "inputs": ["a", "b", "a"]},
+            {"id": "s", "op": "slice", "input": "a", "selection": [[2, 5]]},
+            {"id": "c", "op": "concat", "inputs": ["a", "b", "s"]},
             {"id": "m", "op": "reduce", "input": "c", "func": "max", "axes": [0]},
+            {"id": "e", "op": "slice", "input": "b", "selection": [2, "newaxis"]},
+            {"id": "r", "op": "slice", "input": "a", "selection": [[3, 4]]},
+            {"id": "t", "op": "concat", "inputs": ["e", "r", "e"]},
             {"id": "w", "op": "write", "input": "m", "target": str(tmp_path / "m.zarr")},
+            {"id": "v", "op": "write", "input": "t", "target": str(tmp_path / "t.zarr")},
         ],
     }
     summary = run_plan(plan, {})
-    assert len(summary["stages"]) == 1, summary["stages"]
-    want = np.concatenate([a, b, a]).max(axis=0)
+    assert len(summary["stages"]) == 2, summary["stages"]
+    want = np.concatenate([a, b, a[2:5]]).max(axis=0)
     np.testing.assert_array_equal(read_zarr(tmp_path / "m.zarr"), want)
+    rows = np.concatenate([b[2][None], a[3:4], b[2][None]])
+    np.testing.assert_array_equal(read_zarr(tmp_path / "t.zarr"), rows)
 
 
 @pytest.mark.parametrize(

@@ -65,8 +65,16 @@ class Events(Callback):
         (lambda x: xp.std(x), lambda a: np.std(a)),
         (lambda x: x.rechunk((64, 3)), lambda a: a),
         (lambda x: xp.argmax(x, axis=0), lambda a: np.argmax(a, axis=0)),
+        (
+            lambda x: xp.concat([x, x * 2, x], axis=1),
+            lambda a: np.concatenate([a, a * 2, a], axis=1),
+        ),
+        (
+            lambda x: xp.mean(xp.concat([x * 2, x], axis=0), axis=0),
+            lambda a: np.mean(np.concatenate([a * 2, a], axis=0), axis=0),
+        ),
     ],
-    ids=["elementwise", "sum", "mean", "var", "std", "rechunk", "argmax"],
+    ids=["elementwise", "sum", "mean", "var", "std", "rechunk", "argmax", "concat", "concat-mean"],
 )
 def test_native_path_is_taken(tmp_path: Path, spec: Any, build: Any, reference: Any) -> None:
     """Every task of these plans runs in the engine: none go through Python."""
@@ -82,6 +90,30 @@ def test_native_path_is_taken(tmp_path: Path, spec: Any, build: Any, reference: 
     # Cubed's callbacks: every op started and ended; task counts add up per op.
     assert set(events.started) == set(events.ended) == set(events.expected)
     assert dict(events.tasks) == {k: v for k, v in events.expected.items() if v}
+
+
+def test_concat_and_stack_of_blocks_that_straddle_inputs_run_natively(
+    tmp_path: Path, spec: Any
+) -> None:
+    """Output blocks of `concat` that take rows of two inputs, the same input twice, and
+    `stack` (each input given its new axis) all run in the engine."""
+    rng = np.random.default_rng(7)
+    a, b = rng.random((10, 6), dtype=np.float32), rng.random((7, 6), dtype=np.float32)
+    x = cubed.from_zarr(stored(tmp_path, "a.zarr", a, (4, 3)), spec=spec)
+    y = cubed.from_zarr(stored(tmp_path, "b.zarr", b, (4, 3)), spec=spec)
+    cases = [
+        (xp.concat([x, y, x], axis=0), np.concatenate([a, b, a], axis=0)),
+        (xp.sum(xp.concat([y, x * 2], axis=0), axis=0), np.sum(np.concatenate([b, a * 2]), 0)),
+        (xp.stack([x[:7], y], axis=1), np.stack([a[:7], b], axis=1)),
+        (xp.stack([y, y + 1], axis=2), np.stack([b, b + 1], axis=2)),
+    ]
+    executor = RustExecutor()
+    for expr, want in cases:
+        got = expr.compute(executor=executor)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        stats = executor.last_stats
+        python_ops = {k: v for k, v in stats.python_ops.items() if "_assemble_index" not in v}
+        assert not python_ops, stats.python_ops
 
 
 def test_user_function_runs_in_python_and_the_rest_natively(tmp_path: Path, spec: Any) -> None:
@@ -206,6 +238,8 @@ OPS = {
     "compare": lambda x: xp.where(x > 10, x, x * 0),
     "rechunk": lambda x: x.rechunk(tuple(max(1, n // 2) for n in x.shape)),
     "any": lambda x: xp.any(x > 25, axis=0),
+    "concat": lambda x: xp.concat([x, x + 1, x], axis=0),
+    "concat_last": lambda x: xp.sum(xp.concat([x * 2, x], axis=-1), axis=-1),
 }
 
 

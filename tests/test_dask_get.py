@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from chunkfuse.dask import get, last_stats
 from dask.core import flatten
 from dask.diagnostics import ProgressBar
 from dask.utils_test import GetFunctionTestMixin
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 class TestGetFunction(GetFunctionTestMixin):  # type: ignore[misc]
@@ -325,25 +328,31 @@ JOINS = {
     "columns": lambda a, b, i: da.concatenate([a[:5], b, a[2:]], axis=1),
     "same twice": lambda a, b, i: da.concatenate([a, a + 1], axis=0),
     "dtypes": lambda a, b, i: da.concatenate([b, i], axis=0),
-}
-
-#: Concatenations Dask's optimisation inlines into the next step's tasks (a join of a join, a
-#: strided selection): correct, but their reductions still run in Python.
-INLINED_JOINS = {
+    # Dask's optimisation inlines these joins' aliases into the next step's tasks.
     "nested": lambda a, b, i: da.concatenate([da.concatenate([a, b]), a * 2], axis=0),
     "cut": lambda a, b, i: da.concatenate([a, b, a], axis=0)[4:15:2],
+    "stack": lambda a, b, i: da.stack([a[:5], b, a[2:]], axis=0),
+    "stack last": lambda a, b, i: da.stack([a[:5], b * 2], axis=2),
 }
 
 
 def _join_exprs(x: da.Array) -> list[da.Array]:
-    return [x, x.sum(axis=0), x.mean(axis=1), x.max(), (x * 2).std(axis=0)]
+    return [
+        x,
+        x.sum(axis=0),
+        x.mean(axis=1),
+        x.max(),
+        (x * 2).std(axis=0),
+        x.argmax(axis=0),
+        x.argmin(axis=1),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(JOINS))
 def test_concatenations_run_in_the_engine(tmp_path: Path, name: str) -> None:
     """`da.concatenate` has no tasks of its own (its blocks alias the inputs' blocks, often
-    fused into the next step): its values and reductions over it run natively, as one IR
-    `concat` of the inputs."""
+    fused into, or inlined in, the next step), `da.stack` gives each input a new axis: their
+    values and reductions over them run natively, as one IR `concat` of the inputs."""
     x = JOINS[name](*_joined_sources(tmp_path))
     for expr in _join_exprs(x):
         got = expr.compute(scheduler=get)
@@ -354,18 +363,18 @@ def test_concatenations_run_in_the_engine(tmp_path: Path, name: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(INLINED_JOINS))
-def test_inlined_concatenations_compute_as_dask_does(tmp_path: Path, name: str) -> None:
-    x = INLINED_JOINS[name](*_joined_sources(tmp_path))
-    for expr in _join_exprs(x):
-        want = expr.compute(scheduler="sync")
-        got = expr.compute(scheduler=get)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5)
-    # Irregular chunks: Dask rechunks before writing, and the write runs in Python.
+@pytest.mark.parametrize("name", sorted(JOINS))
+def test_concatenations_are_written_by_the_engine(tmp_path: Path, name: str) -> None:
+    """`to_zarr` of a join: Dask rechunks irregular chunks first, merging blocks of several
+    arrays; the stores then write the target joined as their boxes lie."""
+    x = JOINS[name](*_joined_sources(tmp_path))
     with dask.config.set(scheduler=get):
         x.to_zarr(str(tmp_path / "out.zarr"))
-    np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr")[:], x.compute())
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 0 and stats.engine_runs == 1, stats
+    np.testing.assert_array_equal(
+        zarr.open_array(tmp_path / "out.zarr")[:], x.compute(scheduler="sync")
+    )
 
 
 def test_part_of_a_concatenation_stays_correct(tmp_path: Path) -> None:
@@ -566,3 +575,64 @@ def test_fused_tasks_run_their_native_steps_in_the_engine(tmp_path: Path) -> Non
     np.testing.assert_allclose(
         extreme.values, np.abs(data - data.mean(axis=0)).max(axis=0), rtol=1e-5, atol=1e-6
     )
+
+
+@st.composite
+def _joins(draw: st.DrawFn) -> dict[str, Any]:
+    """Stored arrays of one shape but their own chunks, joined or stacked along an axis,
+    perhaps cut with a step, then reduced along some axis."""
+    rank = draw(st.integers(1, 3))
+    shape = [draw(st.integers(1, 6)) for _ in range(rank)]
+    stack = draw(st.booleans())
+    axis = draw(st.integers(0, rank if stack else rank - 1))
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        s = list(shape)
+        if not stack:
+            s[axis] = draw(st.integers(1, 6))
+        parts.append((s, [draw(st.integers(1, n)) for n in s]))
+    out_rank = rank + (1 if stack else 0)
+    reduce_axis = draw(st.one_of(st.none(), st.integers(0, out_rank - 1)))
+    func = draw(st.sampled_from(["sum", "mean", "max", "std", "argmax", "argmin", "none", "write"]))
+    return {
+        "stack": stack,
+        "axis": axis,
+        "parts": parts,
+        "step": draw(st.sampled_from([1, 2])),
+        "func": func,
+        "reduce_axis": reduce_axis,
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+@settings(
+    max_examples=int(os.environ.get("CHUNKFUSE_HYPOTHESIS_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=_joins())
+def test_joins_match_dask(tmp_path_factory: pytest.TempPathFactory, case: dict[str, Any]) -> None:
+    root = tmp_path_factory.mktemp("joins")
+    rng = np.random.default_rng(case["seed"])
+    arrays = []
+    for k, (shape, chunks) in enumerate(case["parts"]):
+        z = zarr.create_array(root / f"p{k}.zarr", shape=shape, chunks=chunks, dtype="f4")
+        z[:] = rng.standard_normal(shape).astype("f4")
+        arrays.append(da.from_zarr(str(root / f"p{k}.zarr")))
+    join = da.stack if case["stack"] else da.concatenate
+    x = join(arrays, axis=case["axis"])[:: case["step"]]
+    if case["func"] == "write":
+        with dask.config.set(scheduler=get):
+            x.to_zarr(str(root / "out.zarr"))
+        want = x.compute(scheduler="sync")
+        np.testing.assert_array_equal(zarr.open_array(root / "out.zarr")[:], want)
+        return
+    if case["func"] != "none":
+        axis = case["reduce_axis"]
+        if case["func"].startswith("arg") and axis is None and x.ndim > 1:
+            axis = 0
+        x = getattr(x, case["func"])(axis=axis)
+    want = x.compute(scheduler="sync")
+    got = x.compute(scheduler=get)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -42,10 +42,14 @@ pub struct FftBand {
 }
 
 /// One materialized array of a joined leaf and where it starts along the joined axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConcatPart {
     /// The array.
     pub mat: MatId,
+    /// Maps the part's values' coordinates (the joined values', from the part's start along
+    /// the joined axis) to the array's; a box view (`View::is_box`): a crop, single indices,
+    /// new axes of length 1.
+    pub view: View,
     /// Its first index along the joined axis, in the joined values.
     pub start: u64,
     /// Its length along that axis.
@@ -58,23 +62,25 @@ pub struct ConcatPart {
 pub struct LeafConcat {
     /// The joined axis.
     pub axis: usize,
+    /// The joined values' shape.
+    pub shape: Vec<u64>,
     /// The parts in order; every part's other axes have the joined values' lengths.
     pub parts: Vec<ConcatPart>,
 }
 
 impl LeafConcat {
-    /// The parts overlapping `[start, start + len)` along the joined axis, each with that
-    /// range cut to the part and made relative to its start.
+    /// The parts overlapping `[start, start + len)` along the joined axis, each with its
+    /// index and that range cut to the part and made relative to its start.
     pub fn overlapping(
         &self,
         start: u64,
         len: u64,
-    ) -> impl Iterator<Item = (&ConcatPart, u64, u64)> + '_ {
+    ) -> impl Iterator<Item = (usize, &ConcatPart, u64, u64)> + '_ {
         let end = start + len;
-        self.parts.iter().filter_map(move |p| {
+        self.parts.iter().enumerate().filter_map(move |(k, p)| {
             let lo = start.max(p.start);
             let hi = end.min(p.start + p.len);
-            (lo < hi).then(|| (p, lo - p.start, hi - lo))
+            (lo < hi).then(|| (k, p, lo - p.start, hi - lo))
         })
     }
 }
@@ -135,12 +141,20 @@ impl Fused {
         f
     }
 
+    /// The leaf of a value that is one material's values read through a box view (see
+    /// `View::is_box`), untransformed and not joined.
+    pub fn box_leaf(&self) -> Option<&Leaf> {
+        let leaf = self.program.as_single_load()?;
+        let l = &self.leaves[leaf];
+        (l.is_plain() && l.view.is_box(&self.shape)).then_some(l)
+    }
+
     /// The parts of a value that is materials joined along `axis` and read as they are.
     pub fn concat_parts(&self, axis: usize) -> Option<&[ConcatPart]> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
         let c = l.concat.as_deref()?;
-        (c.axis == axis && l.view.is_identity()).then_some(c.parts.as_slice())
+        (c.axis == axis && self.sees_whole(l)).then_some(c.parts.as_slice())
     }
 
     /// One leaf of material `mat` read through the identity view.
@@ -171,7 +185,13 @@ impl Fused {
     pub fn plain_material(&self) -> Option<MatId> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
-        (l.view.is_identity() && l.is_plain()).then_some(l.mat)
+        (self.sees_whole(l) && l.is_plain()).then_some(l.mat)
+    }
+
+    /// Whether leaf `l` is seen as it is: an identity view of the value's own rank (not one
+    /// that adds axes).
+    fn sees_whole(&self, l: &Leaf) -> bool {
+        l.view.is_identity() && l.view.axes.len() == self.shape.len()
     }
 
     /// The result dtype.
@@ -205,7 +225,7 @@ impl Fused {
     pub fn plain_leaf(&self, dtype: DType) -> Option<usize> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
-        (l.view.is_identity() && l.dtype == dtype).then_some(leaf)
+        (self.sees_whole(l) && l.dtype == dtype).then_some(leaf)
     }
 
     /// Appends a cast to `to` unless the value already has that dtype.
@@ -295,18 +315,24 @@ fn emit(
 
 #[cfg(test)]
 mod tests {
-    use super::{ConcatPart, LeafConcat};
+    use super::{ConcatPart, LeafConcat, View};
 
     #[test]
     fn joined_parts_overlapping_a_range_are_cut_to_it() {
-        let part = |mat, start, len| ConcatPart { mat, start, len };
+        let part = |mat, start, len| ConcatPart {
+            mat,
+            view: View::identity(2),
+            start,
+            len,
+        };
         let c = LeafConcat {
             axis: 1,
+            shape: vec![2, 11],
             parts: vec![part(0, 0, 4), part(1, 4, 0), part(2, 4, 3), part(0, 7, 4)],
         };
         let got: Vec<(usize, u64, u64)> = c
             .overlapping(3, 6)
-            .map(|(p, start, len)| (p.mat, start, len))
+            .map(|(_, p, start, len)| (p.mat, start, len))
             .collect();
         // Rows 3..9: the last row of the first part, all of the third, two of the fourth;
         // the empty part contributes nothing.

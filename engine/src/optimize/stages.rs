@@ -211,15 +211,15 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                     if let Some(inner) = f.concat_parts(*axis) {
                         parts.extend(inner.iter().map(|p| ConcatPart {
                             start: start + p.start,
-                            ..*p
+                            ..p.clone()
                         }));
                         start += len;
                         continue;
                     }
-                    // Parts are read as stored: anything else is computed into an
-                    // intermediate first.
-                    let mat = match f.plain_material() {
-                        Some(m) => m,
+                    // Parts are read as stored, through crops, single indices and new
+                    // axes: anything else is computed into an intermediate first.
+                    let (mat, view) = match f.box_leaf() {
+                        Some(leaf) => (leaf.mat, leaf.view.clone()),
                         None => {
                             let part = &graph.nodes[j];
                             let m = intermediate(
@@ -230,13 +230,22 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                                 &part.grid.chunk_shape(),
                             )?;
                             plan_copy(&mut materials, &mut stages, f, m, &part.id, opts)?;
-                            m
+                            (m, View::identity(part.shape.len()))
                         }
                     };
-                    parts.push(ConcatPart { mat, start, len });
+                    parts.push(ConcatPart {
+                        mat,
+                        view,
+                        start,
+                        len,
+                    });
                     start += len;
                 }
-                let concat = LeafConcat { axis: *axis, parts };
+                let concat = LeafConcat {
+                    axis: *axis,
+                    shape: node.shape.clone(),
+                    parts,
+                };
                 fused[i] = Some(Fused::concat(
                     concat,
                     node.shape.clone(),

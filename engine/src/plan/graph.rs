@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::expr::{resolve, Signature, Typed};
 use super::{Expr, Func, Op, Plan, ReduceFunc, Scalar, SliceItem, WriteSpec};
 use crate::array::dtype::{Kind, Operand};
-use crate::array::{AxisChunks, ChunkGrid, DType};
+use crate::array::{AxisChunks, ChunkGrid, DType, Region};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::open_store;
 use crate::zarr::{ArraySpec, ZarrArray};
@@ -138,6 +138,66 @@ impl View {
                 })
                 .collect(),
         }
+    }
+
+    /// The box of input coordinates that `region` (output coordinates) reads: its bounding
+    /// box, one entry per input axis.
+    pub fn input_box(&self, region: &Region) -> Region {
+        let (start, shape) = self
+            .axes
+            .iter()
+            .map(|a| match *a {
+                ViewAxis::Fixed(i) => (i, 1),
+                ViewAxis::Mapped {
+                    out_axis,
+                    start,
+                    step,
+                } => {
+                    let n = region.shape[out_axis];
+                    let s = start + step * region.start[out_axis];
+                    (s, if n == 0 { 0 } else { step * (n - 1) + 1 })
+                }
+            })
+            .unzip();
+        Region { start, shape }
+    }
+
+    /// True when the view only shifts, fixes single indices and adds axes of length 1, in
+    /// order: the values it selects from any box are that box's values in the same order,
+    /// so a box of output coordinates and its input box (see [`input_box`](Self::input_box))
+    /// hold the same values laid out alike. `out_shape` is the output's shape.
+    pub fn is_box(&self, out_shape: &[u64]) -> bool {
+        let mut last: Option<usize> = None;
+        let mut mapped = vec![false; out_shape.len()];
+        for a in &self.axes {
+            if let ViewAxis::Mapped { out_axis, step, .. } = *a {
+                if step != 1 || last.is_some_and(|l| out_axis <= l) || out_axis >= mapped.len() {
+                    return false;
+                }
+                last = Some(out_axis);
+                mapped[out_axis] = true;
+            }
+        }
+        mapped.iter().zip(out_shape).all(|(&m, &n)| m || n == 1)
+    }
+
+    /// For a box view (see [`is_box`](Self::is_box)), the output box of rank `rank` whose
+    /// input box is `input` (which lies on the view's fixed indices).
+    pub fn output_box(&self, input: &Region, rank: usize) -> Region {
+        let mut out = Region {
+            start: vec![0; rank],
+            shape: vec![1; rank],
+        };
+        for (j, a) in self.axes.iter().enumerate() {
+            if let ViewAxis::Mapped {
+                out_axis, start, ..
+            } = *a
+            {
+                out.start[out_axis] = input.start[j] - start;
+                out.shape[out_axis] = input.shape[j];
+            }
+        }
+        out
     }
 
     /// The view that broadcasts an input of `in_shape` to `out_shape` (numpy rules).
@@ -817,23 +877,37 @@ fn slice(
 ) -> Result<Node> {
     let src = &nodes[input];
     let rank = src.shape.len();
+    let indexed = sel
+        .iter()
+        .filter(|s| !matches!(s, SliceItem::NewAxis))
+        .count();
     plan_ensure!(
-        sel.len() <= rank,
+        indexed <= rank,
         format!("{field}.selection"),
-        "{} indices for an array of rank {rank}",
-        sel.len()
+        "{indexed} indices for an array of rank {rank}"
     );
+    let all = SliceItem::Range {
+        start: None,
+        stop: None,
+        step: 1,
+    };
+    let items = sel
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n(all, rank - indexed));
     let mut view_axes = Vec::with_capacity(rank);
     let mut shape = Vec::new();
     let mut grid_axes = Vec::new();
-    for d in 0..rank {
+    // The input axis the next index or range takes.
+    let mut d = 0;
+    for (k, item) in items.enumerate() {
+        let path = format!("{field}.selection[{k}]");
+        if item == SliceItem::NewAxis {
+            shape.push(1);
+            grid_axes.push(AxisChunks::regular(1, 1)?);
+            continue;
+        }
         let n = src.shape[d] as i64;
-        let item = sel.get(d).copied().unwrap_or(SliceItem::Range {
-            start: None,
-            stop: None,
-            step: 1,
-        });
-        let path = format!("{field}.selection[{d}]");
         match item {
             SliceItem::Index(i) => {
                 let j = if i < 0 { i + n } else { i };
@@ -870,7 +944,9 @@ fn slice(
                     AxisChunks::regular(len, c.min(len))?
                 });
             }
+            SliceItem::NewAxis => {}
         }
+        d += 1;
     }
     Ok(Node {
         id,

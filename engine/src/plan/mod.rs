@@ -135,6 +135,8 @@ pub enum SliceItem {
         /// Step, ≥ 1.
         step: i64,
     },
+    /// A new axis of length 1 (numpy's `None`); it takes no input axis.
+    NewAxis,
 }
 
 /// Which FFT of numpy's `fft` module an `fft` op computes.

@@ -534,9 +534,10 @@ fn slice_item(v: &Value, path: &str) -> Result<SliceItem> {
             );
             Ok(SliceItem::Range { start, stop, step })
         }
+        Value::String(s) if s == "newaxis" => Ok(SliceItem::NewAxis),
         other => plan_bail!(
             path,
-            "expected an integer, null or [start, stop, step], got {}",
+            "expected an integer, null, [start, stop, step] or \"newaxis\", got {}",
             kind(other)
         ),
     }

@@ -147,7 +147,8 @@ def apply(
         if isinstance(full, Const):
             raise NotNative("expand_dims of a constant")
         axis = kw["axis"]
-        return b.expand_dims(full, tuple(axis) if isinstance(axis, tuple) else (int(axis),))
+        axes = tuple(axis) if isinstance(axis, tuple) else (int(axis),)
+        return b.expand_dims(full, axes, shape)
     if isinstance(fn, FftBlock) and not kw and len(args) == 1:
         x = _as_full(b, args[0])
         if isinstance(x, Const):

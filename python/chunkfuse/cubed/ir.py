@@ -202,16 +202,38 @@ class IrBuilder:
         self._squeezes[out.root] = (x, tuple(sorted(axes)))
         return out
 
-    def expand_dims(self, x: Full, axes: tuple[int, ...]) -> Full:
-        """`x` with new size-1 `axes`: only as the undoing of a squeeze (Cubed squeezes a
-        reduction's axes, xarray puts them back to broadcast against the input)."""
+    def expand_dims(
+        self, x: Full, axes: tuple[int, ...], shape: tuple[int, ...] | None = None
+    ) -> Full:
+        """`x` with new size-1 `axes` (positions in the result). The undoing of a squeeze gives
+        back what was squeezed (Cubed squeezes a reduction's axes, xarray puts them back to
+        broadcast against the input); anything else is a slice with new axes."""
         undone = self._squeezes.get(x.root)
-        if undone is None or undone[1] != tuple(sorted(axes)):
-            raise NotNative("expand_dims of an array that was not squeezed on those axes")
-        return undone[0]
+        if undone is not None and undone[1] == tuple(sorted(axes)):
+            return undone[0]
+        rank = len(x.shape) + len(axes)
+        new = {a + rank if a < 0 else a for a in axes}
+        if len(new) != len(axes) or any(not 0 <= a < rank for a in new):
+            raise NotNative(f"expand_dims with axes {axes} of a rank-{len(x.shape)} array")
+        selection = ["newaxis" if d in new else None for d in range(rank)]
+        out = list(x.shape)
+        for d in sorted(new):
+            out.insert(d, 1)
+        if shape is not None and tuple(shape) != tuple(out):
+            raise NotNative("expand_dims to another shape")
+        nid = self._fresh("nx")
+        self.nodes[nid] = {"id": nid, "op": "slice", "input": x.root, "selection": selection}
+        return Full(nid, tuple(out), x.dtype)
 
     def concat(self, xs: Sequence[Full], axis: int) -> Full:
         """`xs` joined along `axis` (numpy's `concatenate`), cast to their common dtype."""
+        first = xs[0].shape
+        if any(
+            len(x.shape) != len(first)
+            or any(n != m for d, (n, m) in enumerate(zip(x.shape, first, strict=True)) if d != axis)
+            for x in xs
+        ):
+            raise NotNative(f"a concat of shapes {[x.shape for x in xs]} along axis {axis}")
         dtype = np.result_type(*(x.dtype for x in xs))
         parts = [x if x.dtype == dtype else self.astype(x, dtype) for x in xs]
         shape = list(parts[0].shape)

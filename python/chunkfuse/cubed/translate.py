@@ -27,6 +27,7 @@ from chunkfuse.cubed.functions import (
     unwrap,
 )
 from chunkfuse.cubed.ir import IrBuilder
+from chunkfuse.cubed.joins import concat_kwargs, concat_symbol, stack_axis, stack_symbol
 from chunkfuse.cubed.leaves import LeafResolver, array_url, regular_chunks, write_codec
 from chunkfuse.cubed.symbols import Full, NotNative, Streamed
 
@@ -280,6 +281,13 @@ def _translate_op(b: IrBuilder, node: dict[str, Any], symbols: dict[str, Any]) -
     if node.get("op_name") == "rechunk":
         return _rechunk(b, cfg, target, [evaluate({}, a) for a in fargs.args])
     root, preds = flatten_fused(cfg.function)
+    concat = concat_kwargs(root)
+    if concat is not None:
+        return concat_symbol(b, cfg, concat, lambda entry: evaluate(preds, entry))
+    stack = stack_axis(root)
+    if stack is not None:
+        shape = tuple(target.shape)
+        return stack_symbol(b, cfg, stack, shape, lambda entry: evaluate(preds, entry))
     args = [evaluate(preds, a) for a in fargs.args]
     # A finished sum/min/...: its state is the result itself.
     out = finished_plain(b, apply(b, root, args, tuple(target.shape), target.dtype), target.dtype)

@@ -131,6 +131,8 @@ class JoinBuilder:
         full, boxes, starts = built
         part = join.blocks[key][0]
         blk = self._blk(target_symbol)
+        if blk.full == full:
+            return blk  # already a block of the join (met again inside a fused subgraph)
         box = boxes[part]
         shift = [-a for a, _ in box]
         shift[join.axis] += starts[part]

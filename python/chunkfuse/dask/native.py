@@ -270,7 +270,10 @@ class Interpreter(ReductionSteps):
         if isinstance(first, Blk) and all(
             isinstance(i, Blk) and i.full == first.full for i in items
         ):
-            return Blk(first.full, bounding([i.region for i in items]))
+            try:
+                return Blk(first.full, bounding([i.region for i in items]))
+            except NotNative:
+                return self._tiled(parts, 0)  # blocks of one array that lie apart in it
         if isinstance(first, Red) and all(
             isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state) for i in items
         ):
@@ -286,8 +289,11 @@ class Interpreter(ReductionSteps):
             if not isinstance(item, Blk):
                 raise NotNative("a join of something else")
             return item
+        items = [self._tiled(n, axis + 1) for n in nested]
+        # Blocks without values (of a strided selection) add nothing to the join.
+        items = [b for b in items if all(hi > lo for lo, hi in b.region)] or items[:1]
         runs: list[Blk] = []
-        for b in (self._tiled(n, axis + 1) for n in nested):
+        for b in items:
             last = runs[-1] if runs else None
             if (
                 last is not None
@@ -458,12 +464,13 @@ class Interpreter(ReductionSteps):
         return Blk(self._memo[key], tuple(region))
 
     def _expanded(self, x: Blk, index: tuple[Any, ...]) -> Blk:
-        """`x[None, ...]` that puts back the axes a reduction dropped (xarray broadcasting a
-        mean against its input): the same reduction with its axes kept."""
+        """`x[None, ...]`: where it puts back the axes a reduction dropped (xarray broadcasting
+        a mean against its input), the same reduction with its axes kept; else a block of the
+        selection with new axes (`da.stack` gives each input one)."""
         red = self._squeezed.get(x.full.root)
         new_axes = tuple(d for d, item in enumerate(index) if item is None)
         if red is None or new_axes != red.axes or len(index) != len(red.base.shape):
-            raise NotNative("a new axis other than one a reduction dropped")
+            return self._new_axes(x, index, new_axes)
         inner = self._select(x, tuple(item for item in index if item is not None))
         if inner.full != x.full:
             raise NotNative("a new axis beside integers or steps")
@@ -473,13 +480,33 @@ class Interpreter(ReductionSteps):
         )
         return self.reduced(replace(red, keepdims=True, region=region))
 
+    def _new_axes(self, x: Blk, index: tuple[Any, ...], new_axes: tuple[int, ...]) -> Blk:
+        """`x[index]` where `index` (one item per axis of the result) has None at `new_axes`."""
+        inner = self._select(x, tuple(item for item in index if item is not None))
+        rank = len(inner.region) + len(new_axes)
+        if len(index) != rank:
+            raise NotNative("not a full tuple of indices")
+        key = ("newaxis", inner.full.root, new_axes)
+        if key not in self._memo:
+            shape = list(inner.full.shape)
+            for d in new_axes:
+                shape.insert(d, 1)
+            self._memo[key] = self.b.expand_dims(inner.full, new_axes, tuple(shape))
+        region = list(inner.region)
+        for d in new_axes:
+            region.insert(d, (0, 1))
+        return Blk(self._memo[key], tuple(region))
+
     def _join(self, parts: Any, shape: Any) -> Blk:
         """Blocks joined into the box they tile (Dask's rechunk merges): of one array, or of
         several through IR concats."""
         items = [self.reduced(i) if isinstance(i, Red) else i for i in flat_items(parts)]
         items = with_values(items)
         if items and all(isinstance(i, Blk) and i.full == items[0].full for i in items):
-            return Blk(items[0].full, bounding([i.region for i in items]))
+            try:
+                return Blk(items[0].full, bounding([i.region for i in items]))
+            except NotNative:
+                pass  # blocks of one array that lie apart in it: joined as below
         from dask.array.core import reshapelist
 
         if not isinstance(parts, list | tuple) or not isinstance(shape, tuple | list):
@@ -511,12 +538,37 @@ class Interpreter(ReductionSteps):
         if url is None or out.shards is not None:
             raise NotNative("store into a sharded array or one off local disk")
         shape = tuple(out.shape)
-        if shape != x.full.shape or np.dtype(out.dtype) != x.full.dtype:
-            raise NotNative("store of another shape or dtype")
-        region = unit_box(index, shape)
-        if region != x.region:
-            raise NotNative("store of a block into another place")
-        return Store(x.full, region, url, shape)
+        box = unit_box(index, shape)
+        if [b - a for a, b in box] != [b - a for a, b in x.region]:
+            raise NotNative("store of a block into a box of another shape")
+        full = x.full
+        if np.dtype(out.dtype) != full.dtype:
+            full = self._cast(full, np.dtype(out.dtype))
+        return Store(full, x.region, url, shape, box)
+
+    def stored_array(self, parts: list[Store]) -> Blk:
+        """The values the stores into one array write, as one block of the target's shape:
+        one array's blocks written where they are, or the blocks joined as the target's
+        boxes lie (blocks of several arrays: a `da.concatenate` rechunked before writing)."""
+        first = parts[0]
+        if all(p.full == first.full and p.region == p.box for p in parts):
+            if first.full.shape == first.shape:
+                return Blk(first.full, tuple((0, n) for n in first.shape))
+        starts = [sorted({p.box[d][0] for p in parts}) for d in range(len(first.shape))]
+        grid: dict[tuple[int, ...], Blk] = {}
+        for p in parts:
+            at = tuple(starts[d].index(p.box[d][0]) for d in range(len(first.shape)))
+            grid[at] = Blk(p.full, p.region)
+        counts = [len(s) for s in starts]
+        if len(grid) != int(np.prod(counts)):
+            raise NotNative("stores that do not tile their target")
+
+        def nest(prefix: tuple[int, ...]) -> Any:
+            if len(prefix) == len(counts):
+                return grid[prefix]
+            return [nest((*prefix, i)) for i in range(counts[len(prefix)])]
+
+        return self._tiled(nest(()), 0)
 
     def _cast(self, full: Full, dtype: np.dtype) -> Full:
         key = ("astype", full.root, dtype.str)
@@ -530,6 +582,8 @@ class Interpreter(ReductionSteps):
         reduction's partial step) reduces that part of its base."""
         if r.state:
             raise NotNative("a reduction step's state")
+        if r.origin is not None:
+            raise NotNative("an arg reduction whose indices count from elsewhere")
         if not r.complete():
             part = [
                 [a, b, 1] if d in r.axes and (a, b) != (0, n) else None
@@ -825,26 +879,30 @@ def _compute(
     # A reduction's value is a block of the reduction's whole result.
     roots = {k: interp.reduced(s) if isinstance(s, Red) else s for k, s in roots.items()}
     scratch: dict[str, tuple[Full, str]] = {}
-    stores: dict[tuple[str, str], list[Store]] = {}
+    stores: dict[str, list[Store]] = {}
     for sym in roots.values():
         if isinstance(sym, Blk):
             scratch.setdefault(sym.full.root, (sym.full, ""))
         elif isinstance(sym, Store):
-            stores.setdefault((sym.url, sym.full.root), []).append(sym)
+            stores.setdefault(sym.url, []).append(sym)
         elif isinstance(sym, Stored):
             for st in sym.stores:
-                stores.setdefault((st.url, st.full.root), []).append(st)
+                stores.setdefault(st.url, []).append(st)
     writes: list[tuple[Full, str, tuple[int, ...], dict[str, Any] | None, None]] = []
     for i, (root, (full, _)) in enumerate(sorted(scratch.items())):
         url = f"{tmp}/{i}.zarr"
         scratch[root] = (full, url)
         writes.append((full, url, _scratch_chunks(full), {"name": "none"}, None))
-    for (url, _), parts in stores.items():
+    for url, parts in stores.items():
         shape = parts[0].shape
-        covered = sum(int(np.prod([b2 - a for a, b2 in p.region])) for p in parts)
+        covered = sum(int(np.prod([b2 - a for a, b2 in p.box])) for p in parts)
         if covered != int(np.prod(shape)):
             raise NotNative("stores that do not cover their target")
-        writes.append((parts[0].full, url, shape, None, None))
+        whole = interp.stored_array(parts)
+        full = whole.full
+        if whole.region != tuple((0, n) for n in full.shape):
+            full = interp._region_of(whole)
+        writes.append((full, url, shape, None, None))
     plan = b.plan("dask", writes)
     summary = chunkfuse.run_plan(
         plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False, device=device

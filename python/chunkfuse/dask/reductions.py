@@ -80,6 +80,22 @@ def dask_steps() -> DaskSteps:
     )
 
 
+def _nested_map(v: Any, f: Any) -> Any:
+    """`v`'s nesting of lists and tuples with `f` of every item."""
+    if isinstance(v, list | tuple):
+        return [_nested_map(x, f) for x in v]
+    return f(v)
+
+
+def _depth(v: Any) -> int:
+    """How deep lists and tuples nest in `v` (along its first items)."""
+    depth = 0
+    while isinstance(v, list | tuple) and v:
+        depth += 1
+        v = v[0]
+    return depth
+
+
 class ReductionSteps(ABC):
     """The Interpreter's reading of Dask's reduction steps, each into a `Red`."""
 
@@ -107,20 +123,57 @@ class ReductionSteps(ABC):
             np.dtype(dtype) if dtype is not None else None,
         )
 
-    @staticmethod
-    def _parts(parts: Any, kind: str, state: bool) -> Red:
-        """The first of the chunk or combine results a combine step joins, after checking
-        they are all steps of one reduction of `kind` (states when `state`), reduced axes
-        kept."""
+    @abstractmethod
+    def _tiled(self, nested: Any, axis: int) -> Blk:
+        """Blocks nested as their block grid joined into one block (the Interpreter's)."""
+
+    @abstractmethod
+    def _region_of(self, x: Blk) -> Full:
+        """The values of block `x` as a whole array (the Interpreter's)."""
+
+    def _parts(self, parts: Any, kind: str, state: bool) -> Red:
+        """The chunk or combine results a combine step joins as one, after checking they are
+        all steps of one reduction of `kind` (states when `state`), reduced axes kept. Steps of
+        the same reduction of different arrays (the blocks of a `da.stack`, or of a
+        concatenation Dask inlined) reduce those arrays joined as their blocks lie."""
         reds = with_values(flat_items(parts))
         if not reds or not all(isinstance(r, Red) for r in reds):
             raise NotNative("combine of something else")
         first = reds[0]
         if first.kind != kind or first.state != state or not first.keepdims:
             raise NotNative(f"{kind} combine of another reduction")
-        if any(r.spec() != first.spec() or r.state != first.state for r in reds):
+        same = all(r.spec() == first.spec() and r.state == first.state for r in reds)
+        if same and all(r.origin is None for r in reds):
+            try:
+                return replace(first, region=bounding([r.region for r in reds]))
+            except NotNative:
+                pass  # blocks of one array that lie apart in it: joined as below
+        rest = first.spec()[:1] + first.spec()[2:]
+        if any(r.spec()[:1] + r.spec()[2:] != rest or r.state != state for r in reds):
             raise NotNative("combine of different reductions")
-        return replace(first, region=bounding([r.region for r in reds]))
+        if any(isinstance(r, Red) and not r.keepdims for r in flat_items(parts)):
+            raise NotNative("combine of reductions without their axes")
+        inputs = _nested_map(parts, lambda r: Blk(r.base, r.region))
+        # Steps nest their parts along every axis, or (arg reductions) list them along the
+        # reduced axis only.
+        depth = _depth(parts)
+        if depth == len(first.region):
+            joined = self._tiled(inputs, 0)
+        elif depth == 1 and len(first.axes) == 1:
+            joined = self._tiled(inputs, first.axes[0])
+        else:
+            raise NotNative("combine of parts nested otherwise")
+        # Where Dask counts the joined region from along the reduced axis (arg reductions).
+        d = first.axes[0] if len(first.axes) == 1 else None
+        origin = None
+        if d is not None:
+            origin = min(r.region[d][0] if r.origin is None else r.origin for r in reds)
+            if origin == 0 and joined.region[d][0] != 0:
+                # Dask counts from the joined box's start: the box as an array of its own.
+                joined = Blk(self._region_of(joined), tuple((0, b - a) for a, b in joined.region))
+            if origin == joined.region[d][0]:
+                origin = None
+        return replace(first, base=joined.full, region=joined.region, origin=origin)
 
     def _combine(self, combiner: str, kw: dict[str, Any], parts: Any) -> Red:
         """A combine or aggregate step that reduces the joined chunk results again."""
@@ -242,9 +295,11 @@ class ReductionSteps(ABC):
             at_start = bool(offset == expected)
         except (TypeError, ValueError):
             at_start = False
-        if not at_start:
+        if at_start:
+            return Red(kind, x.full, axes, x.region, True, None, state=True)
+        if rank == 1 or not isinstance(offset, int | np.integer):
             raise NotNative("arg reduction chunk at another offset")
-        return Red(kind, x.full, axes, x.region, True, None, state=True)
+        return Red(kind, x.full, axes, x.region, True, None, state=True, origin=int(offset))
 
     def _arg_combine(
         self, step: str, bound: tuple[Any, ...], kw: dict[str, Any], parts: Any

@@ -45,6 +45,10 @@ class Red:
     #: Dask's value of the key is a step's state (mean's sums and counts, var's moments, an
     #: arg-reduction's values and indices), not the reduction's values: never read back.
     state: bool = False
+    #: Dask's index of the region's start along the (single) reduced axis, where it is not
+    #: the region's start in `base`: an arg reduction's step over a block of one of several
+    #: arrays Dask joined (its indices count from the joined array's start).
+    origin: int | None = None
 
     def complete(self) -> bool:
         return all(self.region[a] == (0, self.base.shape[a]) for a in self.axes)
@@ -71,12 +75,14 @@ class Filled:
 
 @dataclass(frozen=True)
 class Store:
-    """`full` over `region` written into the zarr array at `url` (Dask's `load_store_chunk`)."""
+    """`full` over `region` written into box `box` of the zarr array of `shape` at `url`
+    (Dask's `load_store_chunk`)."""
 
     full: Full
     region: Region
     url: str
     shape: tuple[int, ...]
+    box: Region
 
 
 @dataclass(frozen=True, eq=False)

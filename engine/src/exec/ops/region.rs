@@ -15,22 +15,40 @@ use crate::kernels::fft::{transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
 use crate::optimize::fft::input_region;
 use crate::optimize::fuse::{Fused, LeafConcat, LeafFft};
-use crate::plan::graph::ViewAxis;
+use crate::plan::graph::{View, ViewAxis};
 use crate::zarr::ZarrArray;
 
 /// The opened materialized arrays of a run, indexed by `MatId`.
 pub type Arrays = Arc<Vec<Arc<ZarrArray>>>;
 
-/// A chunk a leaf reads: chunk `idx` of material `mat`, whose values sit `shift` further
-/// along the leaf's joined axis than in the material (0 unless the leaf joins materials).
+/// A chunk a leaf reads: chunk `idx` of material `mat`; for a leaf joining materials, of its
+/// part `part`, whose values sit `shift` further along the joined axis than the part's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafChunk {
     /// The material.
     pub mat: usize,
     /// The chunk's grid index in it.
     pub idx: Vec<u64>,
-    /// Where the material starts along the joined axis.
+    /// Where the part starts along the joined axis (0 unless the leaf joins materials).
     pub shift: u64,
+    /// The part of the joined leaf (0 unless it joins materials).
+    pub part: usize,
+}
+
+/// Where a chunk's values go in a leaf's box.
+enum Placement {
+    /// The chunk's region, in the leaf's coordinates: copied as it is.
+    Direct(Region),
+    /// A joined part read through a view that is not the identity: `input` (the chunk's
+    /// values the box needs, in the material's coordinates, inside `chunk`, the chunk's
+    /// region) holds the values of `out` (in the leaf's coordinates) in the same order.
+    Boxed {
+        chunk: Region,
+        input: Region,
+        out: Region,
+    },
+    /// The chunk holds none of the box's values.
+    Outside,
 }
 
 /// What one leaf needs for a region.
@@ -48,6 +66,8 @@ pub struct LeafRead {
     pub chunks: Vec<LeafChunk>,
     /// The joined axis of a leaf that joins materials (0 otherwise).
     pub axis: usize,
+    /// The materials the leaf joins, if it does.
+    pub concat: Option<Arc<LeafConcat>>,
     /// The shape of the leaf's values (its material's, or the joined materials').
     pub values_shape: Vec<u64>,
     /// Element strides of the box buffer per region axis (0 where the leaf broadcasts).
@@ -65,13 +85,49 @@ pub struct LeafRead {
 }
 
 impl LeafRead {
-    /// Chunk `c`'s region in the leaf's values.
-    pub fn chunk_region(&self, c: &LeafChunk, arrays: &[Arc<ZarrArray>]) -> Region {
-        let mut r = arrays[c.mat].read_grid().chunk_region(&c.idx);
-        if let Some(s) = r.start.get_mut(self.axis) {
-            *s += c.shift;
+    /// The view of chunk `c`'s part, when the leaf joins materials and the part is not read
+    /// as it is.
+    fn part_view(&self, c: &LeafChunk) -> Option<&View> {
+        let part = self.concat.as_ref()?.parts.get(c.part)?;
+        (!(part.view.is_identity() && part.view.axes.len() == self.read_box.rank()))
+            .then_some(&part.view)
+    }
+
+    /// Whether every chunk's region maps straight to the leaf's coordinates.
+    fn direct(&self) -> bool {
+        let rank = self.read_box.rank();
+        self.concat.as_ref().is_none_or(|c| {
+            c.parts
+                .iter()
+                .all(|p| p.view.is_identity() && p.view.axes.len() == rank)
+        })
+    }
+
+    /// Where chunk `c`'s values go in the leaf's box.
+    fn place(&self, c: &LeafChunk, arrays: &[Arc<ZarrArray>]) -> Placement {
+        let mut region = arrays[c.mat].read_grid().chunk_region(&c.idx);
+        let Some(view) = self.part_view(c) else {
+            if let Some(s) = region.start.get_mut(self.axis) {
+                *s += c.shift;
+            }
+            return Placement::Direct(region);
+        };
+        // The box in the part's coordinates, then in the material's.
+        let mut part_box = self.read_box.clone();
+        let lo = part_box.start[self.axis].max(c.shift);
+        let hi = self.read_box.end(self.axis);
+        part_box.start[self.axis] = lo - c.shift;
+        part_box.shape[self.axis] = hi.saturating_sub(lo);
+        let Some(input) = region.intersect(&view.input_box(&part_box)) else {
+            return Placement::Outside;
+        };
+        let mut out = view.output_box(&input, self.read_box.rank());
+        out.start[self.axis] += c.shift;
+        Placement::Boxed {
+            chunk: region,
+            input,
+            out,
         }
-        r
     }
 
     /// The transformed block of an FFT leaf: `read_box` with the transformed axes whole in
@@ -152,8 +208,7 @@ impl RegionRead {
                 }
                 let held = resident.is_some() || band.is_some();
                 let (chunks, axis, values_shape) = if let Some(c) = &leaf.concat {
-                    let mut values_shape = arr.shape();
-                    values_shape[c.axis] = c.parts.iter().map(|p| p.len).sum();
+                    let values_shape = c.shape.clone();
                     let chunks = if read_box.is_empty() {
                         Vec::new()
                     } else {
@@ -171,17 +226,20 @@ impl RegionRead {
                                 mat: leaf.mat,
                                 idx,
                                 shift: 0,
+                                part: 0,
                             })
                             .collect()
                     };
                     (chunks, 0, arr.shape())
                 };
+                let concat = leaf.concat.clone();
                 LeafRead {
                     mat: leaf.mat,
                     bbox,
                     read_box,
                     chunks,
                     axis,
+                    concat,
                     values_shape,
                     strides,
                     fft: leaf.fft.clone(),
@@ -273,19 +331,20 @@ impl RegionRead {
 /// part by part.
 fn joined_chunks(c: &LeafConcat, arrays: &[Arc<ZarrArray>], read_box: &Region) -> Vec<LeafChunk> {
     let mut chunks = Vec::new();
-    for (part, start, len) in c.overlapping(read_box.start[c.axis], read_box.shape[c.axis]) {
+    for (k, part, start, len) in c.overlapping(read_box.start[c.axis], read_box.shape[c.axis]) {
         let mut part_box = read_box.clone();
         part_box.start[c.axis] = start;
         part_box.shape[c.axis] = len;
         chunks.extend(
             arrays[part.mat]
                 .read_grid()
-                .chunks_overlapping(&part_box)
+                .chunks_overlapping(&part.view.input_box(&part_box))
                 .into_iter()
                 .map(|idx| LeafChunk {
                     mat: part.mat,
                     idx,
                     shift: part.start,
+                    part: k,
                 }),
         );
     }
@@ -416,7 +475,9 @@ impl Assembler {
     /// Keeps decoded chunks as they are (see [`copy_into`](Self::copy_into)); only for a
     /// single untransformed leaf read through an identity view.
     pub fn keeping_chunks(mut self) -> Self {
-        let single = self.read.leaves.len() == 1 && self.read.leaves[0].fft.is_none();
+        let single = self.read.leaves.len() == 1
+            && self.read.leaves[0].fft.is_none()
+            && self.read.leaves[0].direct();
         if single {
             self.kept = Some(Vec::new());
         }
@@ -479,7 +540,8 @@ impl Assembler {
                 let arr = &arrays[c.mat];
                 // Uncompressed chunks (intermediates) are copied into the leaf's buffer
                 // straight from the bytes read, not first into a buffer of their own.
-                let whole = lr.chunk_region(c, arrays) == lr.read_box && lr.chunks.len() == 1;
+                let whole = lr.chunks.len() == 1
+                    && matches!(lr.place(c, arrays), Placement::Direct(r) if r == lr.read_box);
                 match bytes {
                     Some(v) if !keeps && !whole && arr.raw_values(&c.idx, &v).is_some() => {
                         Ok(Decoded::Raw(v))
@@ -493,31 +555,46 @@ impl Assembler {
             ctx.add_decoded(decoded.bytes().len() as u64);
             let lr = &self.read.leaves[*l];
             let arr = &arrays[c.mat];
-            let chunk_region = lr.chunk_region(c, arrays);
-            let whole = chunk_region == lr.read_box && lr.chunks.len() == 1;
-            let decoded = match decoded {
-                Decoded::Values(buf) if self.kept.is_some() => {
+            let placement = lr.place(c, arrays);
+            let whole = matches!(&placement, Placement::Direct(r) if *r == lr.read_box)
+                && lr.chunks.len() == 1;
+            let decoded = match (decoded, &placement) {
+                (Decoded::Values(buf), Placement::Direct(region)) if self.kept.is_some() => {
                     if let Some(kept) = self.kept.as_mut() {
-                        kept.push((chunk_region, buf));
+                        kept.push((region.clone(), buf));
                     }
                     continue;
                 }
-                Decoded::Values(buf) if whole => {
+                (Decoded::Values(buf), _) if whole => {
                     self.bufs[*l] = Some(buf);
                     continue;
                 }
-                other => other,
+                (other, _) => other,
             };
             let dest = self.bufs[*l].get_or_insert_with(|| leaf_buffer(lr, arr));
-            if let Some(overlap) = chunk_region.intersect(&lr.read_box) {
-                copy_region(
-                    decoded.bytes(),
-                    &chunk_region,
-                    dest.bytes_mut(),
-                    &lr.read_box,
-                    &overlap,
-                    arr.dtype().size(),
-                );
+            let size = arr.dtype().size();
+            match placement {
+                Placement::Direct(region) => {
+                    if let Some(overlap) = region.intersect(&lr.read_box) {
+                        let dst = dest.bytes_mut();
+                        copy_region(decoded.bytes(), &region, dst, &lr.read_box, &overlap, size);
+                    }
+                }
+                Placement::Boxed { chunk, input, out } => {
+                    // The values wanted, cut from the chunk, are the box's values in order.
+                    let mut cut = Buffer::for_overwrite(arr.dtype(), input.len() as usize);
+                    copy_region(
+                        decoded.bytes(),
+                        &chunk,
+                        cut.bytes_mut(),
+                        &input,
+                        &input,
+                        size,
+                    );
+                    let dst = dest.bytes_mut();
+                    copy_region(cut.bytes(), &out, dst, &lr.read_box, &out, size);
+                }
+                Placement::Outside => {}
             }
             decoded.recycle();
         }
