@@ -323,3 +323,32 @@ def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(tmp_path: Path, 
     stats = executor.last_stats
     assert stats.engine_runs == 0 and stats.python_tasks > 0
     assert all("do not fit" in reason for reason in stats.python_ops.values())
+
+
+def test_xarray_decoded_variables_run_natively(tmp_path: Path, spec: Any) -> None:
+    """A packed variable (int16 with scale, offset and fill value) opened with xarray on
+    Cubed is read and decoded by the engine, with xarray's own values."""
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("cubed_xarray")
+    rng = np.random.default_rng(4)
+    data = (280 + 20 * rng.random((6, 5, 4))).astype("float32")
+    data[2, 1, 0] = np.nan
+    encoding = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32767}
+    xr.Dataset({"t": (("time", "y", "x"), data)}).chunk({"time": 2}).to_zarr(
+        tmp_path / "ds.zarr", zarr_format=3, consolidated=False, encoding={"t": encoding}
+    )
+    executor = RustExecutor()
+    opened = xr.open_zarr(
+        tmp_path / "ds.zarr",
+        chunked_array_type="cubed",
+        from_array_kwargs={"spec": spec},
+        consolidated=False,
+    ).t
+    plain = xr.open_zarr(tmp_path / "ds.zarr", consolidated=False).t.load()
+    got = opened.compute(executor=executor)
+    assert executor.last_stats.python_tasks == 0, executor.last_stats.python_ops
+    assert got.dtype == plain.dtype
+    np.testing.assert_array_equal(got.values, plain.values)
+    mean = opened.mean("time").compute(executor=executor)
+    assert executor.last_stats.python_tasks == 0, executor.last_stats.python_ops
+    np.testing.assert_allclose(mean.values, plain.mean("time").values, rtol=1e-12)

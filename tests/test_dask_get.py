@@ -135,20 +135,51 @@ def test_xarray_zarr_variables_run_in_the_engine(tmp_path: Path, name: str) -> N
     np.testing.assert_allclose(got.values, want.values, rtol=1e-5, atol=1e-6)
 
 
-def test_xarray_decoded_variables_stay_in_python(tmp_path: Path) -> None:
-    """A variable xarray decodes (packed integers with a scale factor) is not the stored
-    array: it runs in Python, with Dask's values."""
+#: xarray encodings of a float variable: packed integers (float64 or float32 scale), a float
+#: variable with a fill value, an offset alone.
+ENCODINGS = {
+    "int16 scaled": {
+        "dtype": "int16",
+        "scale_factor": 0.01,
+        "add_offset": 280.0,
+        "_FillValue": -32767,
+    },
+    "int16 float32 scale": {
+        "dtype": "int16",
+        "scale_factor": np.float32(0.05),
+        "_FillValue": np.int16(-1),
+    },
+    "uint8 offset": {"dtype": "uint8", "add_offset": 270.0, "scale_factor": 0.5, "_FillValue": 255},
+    "float fill": {"dtype": "float32", "_FillValue": -999.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENCODINGS))
+def test_xarray_decoded_variables_run_in_the_engine(tmp_path: Path, name: str) -> None:
+    """A variable xarray decodes (packed integers with a scale factor and offset, fill values
+    masked to NaN) runs natively: the engine reads the packed chunks and decodes them as
+    xarray does, bit for bit."""
     xr = pytest.importorskip("xarray")
-    data = np.random.default_rng(6).random((6, 4)).astype("float64") * 100
-    encoding = {"t": {"dtype": "int16", "scale_factor": 0.01, "_FillValue": -9999}}
-    xr.Dataset({"t": (("time", "x"), data)}).chunk({"time": 2}).to_zarr(
-        tmp_path / "ds.zarr", zarr_format=3, consolidated=False, encoding=encoding
+    rng = np.random.default_rng(6)
+    data = (280 + 20 * rng.random((6, 4, 5))).astype("float32")
+    data[1, 2, 3] = np.nan
+    xr.Dataset({"t": (("time", "y", "x"), data)}).chunk({"time": 2, "y": 3}).to_zarr(
+        tmp_path / "ds.zarr", zarr_format=3, consolidated=False, encoding={"t": ENCODINGS[name]}
     )
     t = xr.open_zarr(tmp_path / "ds.zarr", consolidated=False).t
-    got = t.mean("time").compute(scheduler=get)
+    values = t.compute(scheduler=get)
     stats = last_stats()
-    assert stats is not None and stats.native_tasks == 0, stats
-    np.testing.assert_allclose(got.values, data.mean(axis=0), atol=0.01)
+    assert stats is not None and stats.python_tasks == 0 and stats.native_tasks > 0, stats
+    want = t.compute(scheduler="sync")
+    assert values.dtype == want.dtype
+    np.testing.assert_array_equal(values.values, want.values)
+    for expr in (t.mean("time"), t.std("y"), abs(t - t.mean("time")).max("time")):
+        got = expr.compute(scheduler=get)
+        stats = last_stats()
+        assert stats is not None and stats.python_tasks == 0, stats
+        # Dask accumulates float32 in float32, the engine in float64.
+        want = expr.compute(scheduler="sync").values
+        np.testing.assert_allclose(got.values, want, rtol=2e-5, atol=1e-4)
 
 
 def test_module_exports_get() -> None:

@@ -13,7 +13,7 @@ from cubed.storage.zarr import LazyZarrArray
 
 from chunkfuse.cubed.ir import IrBuilder
 from chunkfuse.cubed.symbols import Const, Empty, Full, NotNative, Offsets
-from chunkfuse.stored import zarr_array_behind
+from chunkfuse.decoding import apply_decoding, decoded_array_behind
 from chunkfuse.urls import local_url, zarr_array_url
 
 #: Cubed storage back ends whose arrays are plain Zarr v3 that the engine may write.
@@ -107,9 +107,10 @@ class LeafResolver:
 
 def stored_array_behind(obj: Any, builder: IrBuilder) -> Full:
     """The stored Zarr array behind `cubed.from_array`'s input (xarray's lazily indexed
-    backend arrays without decoding, or a Zarr array), as a source; NotNative otherwise."""
-    arr = zarr_array_behind(obj)
+    backend arrays, decoded as xarray decodes them, or a Zarr array), as a source;
+    NotNative otherwise."""
+    arr, steps = decoded_array_behind(obj)
     url = array_url(arr)
     if url is None:
         raise NotNative("from_array of a Zarr array outside the local filesystem")
-    return builder.source(url, tuple(arr.shape), arr.dtype)
+    return apply_decoding(builder, builder.source(url, tuple(arr.shape), arr.dtype), steps)

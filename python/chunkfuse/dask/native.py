@@ -24,7 +24,8 @@ from dask._task_spec import Alias, DataNode, NestedContainer, Task, TaskRef, _ex
 import chunkfuse
 from chunkfuse.cubed.ir import UFUNCS, IrBuilder
 from chunkfuse.cubed.symbols import Const, Full, NotNative
-from chunkfuse.stored import wraps_stored_array, zarr_array_behind
+from chunkfuse.decoding import apply_decoding, decoded_array_behind
+from chunkfuse.stored import wraps_stored_array
 from chunkfuse.urls import zarr_array_url
 
 from .joins import JoinBuilder, find_joins
@@ -117,11 +118,11 @@ class Interpreter(ReductionSteps):
     def literal(self, value: Any) -> Any:
         """A stored Zarr array (or one behind xarray's lazy wrappers) as a source."""
         if wraps_stored_array(value):
-            arr = zarr_array_behind(value)
+            arr, steps = decoded_array_behind(value)
             url = zarr_array_url(arr)
             if url is None:
                 raise NotNative("a zarr array off local disk")
-            return Src(arr, url)
+            return Src(arr, url, steps)
         return value
 
     def task(self, t: Task, env: Mapping[Hashable, Any]) -> Any:
@@ -519,8 +520,11 @@ class Interpreter(ReductionSteps):
         src, index = args
         arr = src.array
         shape = tuple(arr.shape)
-        full = self.b.source(src.url, shape, arr.dtype)
-        return self._select(Blk(full, tuple((0, n) for n in shape)), index)
+        key = ("source", src.url, src.steps)
+        if key not in self._memo:
+            full = self.b.source(src.url, shape, arr.dtype)
+            self._memo[key] = apply_decoding(self.b, full, src.steps)
+        return self._select(Blk(self._memo[key], tuple((0, n) for n in shape)), index)
 
     def _store(self, args: list[Any], kwargs: dict[str, Any]) -> Store:
         x, out, index = (args + [None, None, None])[:3]

@@ -17,10 +17,12 @@ Region = tuple[tuple[int, int], ...]
 
 @dataclass(frozen=True)
 class Src:
-    """A stored zarr array on local disk (the `DataNode` of `da.from_zarr`)."""
+    """A stored zarr array on local disk (the `DataNode` of `da.from_zarr`), decoded by
+    `steps` (xarray's CF decoding; none for the stored values)."""
 
     array: Any
     url: str
+    steps: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
