@@ -257,6 +257,7 @@ REDUCTIONS = {
     "nanmax": lambda x, axis, kd: da.nanmax(x, axis=axis, keepdims=kd),
     "nanvar-ddof1": lambda x, axis, kd: da.nanvar(x, axis=axis, keepdims=kd, ddof=1),
     "nanstd": lambda x, axis, kd: da.nanstd(x, axis=axis, keepdims=kd),
+    "nanprod": lambda x, axis, kd: da.nanprod(x / 60 + 0.5, axis=axis, keepdims=kd),
     "any": lambda x, axis, kd: (x > 90).any(axis=axis, keepdims=kd),
     "all": lambda x, axis, kd: (x > 1).all(axis=axis, keepdims=kd),
     "argmin": lambda x, axis, kd: x.argmin(axis=axis, keepdims=kd),

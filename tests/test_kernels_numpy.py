@@ -709,10 +709,11 @@ REDUCE_FUNCS = (
     "nanmax",
     "nanvar",
     "nanstd",
+    "nanprod",
 )
 ORDER_FUNCS = {"min", "max", "argmin", "argmax", "nanmin", "nanmax"}
 EXACT_FUNCS = ORDER_FUNCS | {"any", "all"}
-NAN_FUNCS = {"nansum", "nanmean", "nanmin", "nanmax", "nanvar", "nanstd"}
+NAN_FUNCS = {"nansum", "nanmean", "nanmin", "nanmax", "nanvar", "nanstd", "nanprod"}
 
 
 @dataclass
@@ -788,7 +789,7 @@ def reductions(draw: st.DrawFn, shape: tuple[int, ...], kind: str) -> Reduction:
         # Lanes left with ddof or fewer values are NaN in numpy: any ddof is defined.
         ddof = draw(st.sampled_from([0, 1, 2]))
     dtype = None
-    if func in ("sum", "prod", "mean") and draw(st.integers(0, 3)) == 0:
+    if func in ("sum", "prod", "nanprod", "mean") and draw(st.integers(0, 3)) == 0:
         if func == "mean":
             options = ["float64", "float32"] if kind != "c" else ["complex128"]
         elif kind in "biu":
@@ -809,7 +810,7 @@ def reduction_cases(
     rank = draw(st.integers(1, 3))
     shape = tuple(draw(st.integers(1, 5)) for _ in range(rank))
     reds = draw(st.lists(reductions(shape, dtype.kind), min_size=3, max_size=5))
-    profile = "small" if any(r.func == "prod" for r in reds) else "reduce"
+    profile = "small" if any(r.func in ("prod", "nanprod") for r in reds) else "reduce"
     inp = draw(input_arrays(shape, dtype, profile))
     return inp, reds
 
@@ -829,9 +830,9 @@ def reduction_tolerance(red: Reduction, x: np.ndarray, result: np.ndarray) -> np
         scale = mag.sum(axis=axis, keepdims=red.keepdims)
     elif red.func in ("mean", "nanmean"):
         scale = mag.max(axis=axis, keepdims=red.keepdims)
-    elif red.func == "prod":
+    elif red.func in ("prod", "nanprod"):
         with np.errstate(all="ignore"):
-            scale = np.abs(np.prod(wide, axis=axis, keepdims=red.keepdims))
+            scale = np.abs(np.nanprod(wide, axis=axis, keepdims=red.keepdims))
     else:  # var, std, nanvar, nanstd: compared as variances
         scale = 4 * (mag**2).mean(axis=axis, keepdims=red.keepdims)
     return rel * np.asarray(scale) + tiny

@@ -87,10 +87,10 @@ impl Accumulator {
             (Sum | NanSum | Mean, Work::C) => State::C(written(Complex64::new(0.0, 0.0), len)),
             (Sum | NanSum | Mean, Work::I) => State::I(written(0, len)),
             (Sum | NanSum | Mean, Work::U) => State::U(written(0, len)),
-            (Prod, Work::F) => State::F(f64_state(len, 1.0)),
-            (Prod, Work::C) => State::C(written(Complex64::new(1.0, 0.0), len)),
-            (Prod, Work::I) => State::I(written(1, len)),
-            (Prod, Work::U) => State::U(written(1, len)),
+            (Prod | NanProd, Work::F) => State::F(f64_state(len, 1.0)),
+            (Prod | NanProd, Work::C) => State::C(written(Complex64::new(1.0, 0.0), len)),
+            (Prod | NanProd, Work::I) => State::I(written(1, len)),
+            (Prod | NanProd, Work::U) => State::U(written(1, len)),
             (NanMean, Work::F) => State::NanMeanF(written(0.0, len), written(0, len)),
             (NanMean, Work::C) => {
                 State::NanMeanC(written(Complex64::new(0.0, 0.0), len), written(0, len))
@@ -290,6 +290,7 @@ impl Accumulator {
                         fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a + x })
                     }
                     Prod => fold!(acc, v, |a: f64, x: f64| a * x),
+                    NanProd => fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a * x }),
                     Min => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
                         f64::NAN
                     } else {
@@ -333,18 +334,23 @@ impl Accumulator {
                     a + x
                 }),
                 Prod => fold!(acc, v, |a: Complex64, x: Complex64| a * x),
+                NanProd => fold!(acc, v, |a: Complex64, x: Complex64| if x.is_nan() {
+                    a
+                } else {
+                    a * x
+                }),
                 _ => return Err(Error::internal("complex fold")),
             },
             (State::I(acc), Reg::I(v)) => match func {
                 Sum | NanSum | Mean => fold!(acc, v, |a: i64, x: i64| a.wrapping_add(x)),
-                Prod => fold!(acc, v, |a: i64, x: i64| a.wrapping_mul(x)),
+                Prod | NanProd => fold!(acc, v, |a: i64, x: i64| a.wrapping_mul(x)),
                 Min | NanMin => fold!(acc, v, |a: i64, x: i64| a.min(x)),
                 Max | NanMax => fold!(acc, v, |a: i64, x: i64| a.max(x)),
                 _ => return Err(Error::internal("integer fold")),
             },
             (State::U(acc), Reg::U(v)) => match func {
                 Sum | NanSum | Mean => fold!(acc, v, |a: u64, x: u64| a.wrapping_add(x)),
-                Prod => fold!(acc, v, |a: u64, x: u64| a.wrapping_mul(x)),
+                Prod | NanProd => fold!(acc, v, |a: u64, x: u64| a.wrapping_mul(x)),
                 Min | NanMin => fold!(acc, v, |a: u64, x: u64| a.min(x)),
                 Max | NanMax => fold!(acc, v, |a: u64, x: u64| a.max(x)),
                 _ => return Err(Error::internal("uint64 fold")),
@@ -495,7 +501,7 @@ impl Accumulator {
                 let b = bb.as_slice::<f64>()?;
                 match func {
                     Sum | Mean | NanSum | NanMean => each(a, b, |x, y| x + y),
-                    Prod => each(a, b, |x, y| x * y),
+                    Prod | NanProd => each(a, b, |x, y| x * y),
                     Min => each(a, b, |x: f64, y: f64| {
                         if x.is_nan() || y.is_nan() {
                             f64::NAN
@@ -532,17 +538,17 @@ impl Accumulator {
                 }
             }
             (State::C(a), State::C(b)) => match func {
-                Prod => each(a, b, |x, y| x * y),
+                Prod | NanProd => each(a, b, |x, y| x * y),
                 _ => each(a, b, |x, y| x + y),
             },
             (State::I(a), State::I(b)) => match func {
-                Prod => each(a, b, i64::wrapping_mul),
+                Prod | NanProd => each(a, b, i64::wrapping_mul),
                 Min | NanMin => each(a, b, i64::min),
                 Max | NanMax => each(a, b, i64::max),
                 _ => each(a, b, i64::wrapping_add),
             },
             (State::U(a), State::U(b)) => match func {
-                Prod => each(a, b, u64::wrapping_mul),
+                Prod | NanProd => each(a, b, u64::wrapping_mul),
                 Min | NanMin => each(a, b, u64::min),
                 Max | NanMax => each(a, b, u64::max),
                 _ => each(a, b, u64::wrapping_add),

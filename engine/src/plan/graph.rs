@@ -721,12 +721,13 @@ fn reduce(
     let func = match (func, kind) {
         (NanVar, Kind::Bool | Kind::Int) => Var,
         (NanStd, Kind::Bool | Kind::Int) => Std,
+        (NanProd, Kind::Bool | Kind::Int) => Prod,
         _ => func,
     };
-    if dtype.is_some() && !matches!(func, Sum | Prod | Mean | NanSum | NanMean) {
+    if dtype.is_some() && !matches!(func, Sum | Prod | Mean | NanSum | NanMean | NanProd) {
         plan_bail!(
             format!("{field}.dtype"),
-            "dtype is only accepted by sum, prod, mean, nansum and nanmean"
+            "dtype is only accepted by sum, prod, mean, nansum, nanprod and nanmean"
         );
     }
     let int_acc = |t: DType| match t {
@@ -735,7 +736,7 @@ fn reduce(
         other => other,
     };
     let (compute, out) = match func {
-        Sum | Prod | NanSum => {
+        Sum | Prod | NanSum | NanProd => {
             let d = dtype.unwrap_or_else(|| int_acc(t));
             (d, d)
         }
@@ -1075,6 +1076,54 @@ fn existing_target(src: &Node, field: &str, spec: &WriteSpec) -> Result<WriteSpe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn box_views_map_boxes_both_ways() {
+        // x[2, 1:, None] of a (4, 5) array: a fixed row, a crop, a new axis.
+        let view = View {
+            axes: vec![
+                ViewAxis::Fixed(2),
+                ViewAxis::Mapped {
+                    out_axis: 0,
+                    start: 1,
+                    step: 1,
+                },
+            ],
+        };
+        assert!(view.is_box(&[4, 1]));
+        assert!(!view.is_box(&[4, 3]), "a new axis longer than 1 broadcasts");
+        let out = Region {
+            start: vec![1, 0],
+            shape: vec![2, 1],
+        };
+        let input = view.input_box(&out);
+        assert_eq!(input.start, vec![2, 2]);
+        assert_eq!(input.shape, vec![1, 2]);
+        assert_eq!(view.output_box(&input, 2), out);
+        let strided = View {
+            axes: vec![ViewAxis::Mapped {
+                out_axis: 0,
+                start: 0,
+                step: 2,
+            }],
+        };
+        assert!(!strided.is_box(&[3]));
+        let swapped = View {
+            axes: vec![
+                ViewAxis::Mapped {
+                    out_axis: 1,
+                    start: 0,
+                    step: 1,
+                },
+                ViewAxis::Mapped {
+                    out_axis: 0,
+                    start: 0,
+                    step: 1,
+                },
+            ],
+        };
+        assert!(!swapped.is_box(&[3, 3]), "a transpose reorders values");
+    }
 
     #[test]
     fn broadcasting_follows_numpy() {

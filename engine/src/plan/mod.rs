@@ -87,11 +87,13 @@ pub enum ReduceFunc {
     NanVar,
     /// `np.nanstd`
     NanStd,
+    /// `np.nanprod`
+    NanProd,
 }
 
 impl ReduceFunc {
     /// Every function with its plan name.
-    pub const ALL: [(&'static str, ReduceFunc); 17] = [
+    pub const ALL: [(&'static str, ReduceFunc); 18] = [
         ("sum", ReduceFunc::Sum),
         ("prod", ReduceFunc::Prod),
         ("min", ReduceFunc::Min),
@@ -108,6 +110,7 @@ impl ReduceFunc {
         ("nanmin", ReduceFunc::NanMin),
         ("nanmax", ReduceFunc::NanMax),
         ("nanvar", ReduceFunc::NanVar),
+        ("nanprod", ReduceFunc::NanProd),
         ("nanstd", ReduceFunc::NanStd),
     ];
 

@@ -30,11 +30,12 @@ UFUNCS: dict[str, str] = {
 
 #: Reductions the IR runs in one streamed pass.
 REDUCTIONS = frozenset(
-    "sum prod min max mean var any all argmin argmax nansum nanmean nanmin nanmax nanvar".split()
+    "sum prod min max mean var any all argmin argmax "
+    "nansum nanprod nanmean nanmin nanmax nanvar".split()
 )
 
 #: Reductions that take a `dtype` (the accumulator's and the result's).
-TYPED_REDUCTIONS = frozenset("sum prod mean nansum nanmean".split())
+TYPED_REDUCTIONS = frozenset("sum prod mean nansum nanmean nanprod".split())
 
 #: dtypes the IR knows.
 DTYPES = frozenset(
@@ -180,7 +181,7 @@ class IrBuilder:
             return np.dtype("bool")
         if p.kind in TYPED_REDUCTIONS and p.dtype is not None:
             return np.dtype(p.dtype)
-        if p.kind in ("sum", "prod", "nansum"):
+        if p.kind in ("sum", "prod", "nansum", "nanprod"):
             return np.sum(np.zeros(1, dtype=base)).dtype
         if p.kind in ("mean", "var", "nanmean", "nanvar") and base.kind in "biu":
             return np.dtype("float64")

@@ -28,11 +28,13 @@ REDUCERS: dict[Any, str] = {
     np.any: "any",
     np.all: "all",
     np.nansum: "nansum",
+    np.nanprod: "nanprod",
 }
 
 #: A combine or aggregate step of Dask's reduction `kind` (chunk step, the function combining
-#: its results) that gives another reduction: nansum's partial sums are added by `np.sum`.
-COMBINED_AS = {("nansum", "sum"): "nansum"}
+#: its results) that gives another reduction: nansum's partial sums are added by `np.sum`,
+#: nanprod's multiplied by `np.prod`.
+COMBINED_AS = {("nansum", "sum"): "nansum", ("nanprod", "prod"): "nanprod"}
 
 
 @dataclass(frozen=True)
