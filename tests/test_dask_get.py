@@ -193,6 +193,16 @@ def _zarr_source(tmp_path: Path, shape: tuple[int, ...], chunks: tuple[int, ...]
     return data
 
 
+def assert_native_as_dask(expr: da.Array, rtol: float) -> None:
+    """`expr` computes in one engine run, no task in Python, with Dask's own values."""
+    got = expr.compute(scheduler=get)
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 0 and stats.engine_runs == 1, stats
+    want = expr.compute(scheduler="sync")
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=rtol)
+
+
 NATIVE_CASES = {
     "sum": (lambda x: ((x + 1) * 2).sum(axis=0), lambda v: ((v + 1) * 2).sum(axis=0)),
     "elementwise": (lambda x: np.sqrt(x) * 3 - x, lambda v: np.sqrt(v) * 3 - v),
@@ -329,12 +339,7 @@ def test_selections_run_in_the_engine(tmp_path: Path, name: str) -> None:
     data = _zarr_source(tmp_path, (9, 7, 5), (2, 3, 5))
     x = da.from_zarr(str(tmp_path / "x.zarr"))[SELECTIONS[name]]
     for expr in (x, x + 1, x.sum(axis=0), x.max()):
-        got = expr.compute(scheduler=get)
-        stats = last_stats()
-        assert stats is not None and stats.python_tasks == 0 and stats.engine_runs == 1, stats
-        want = expr.compute(scheduler="sync")
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert_native_as_dask(expr, rtol=1e-6)
     np.testing.assert_array_equal(x.compute(scheduler=get), data[SELECTIONS[name]])
 
 
@@ -387,12 +392,7 @@ def test_concatenations_run_in_the_engine(tmp_path: Path, name: str) -> None:
     values and reductions over them run natively, as one IR `concat` of the inputs."""
     x = JOINS[name](*_joined_sources(tmp_path))
     for expr in _join_exprs(x):
-        got = expr.compute(scheduler=get)
-        stats = last_stats()
-        assert stats is not None and stats.python_tasks == 0 and stats.engine_runs == 1, stats
-        want = expr.compute(scheduler="sync")
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert_native_as_dask(expr, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(JOINS))

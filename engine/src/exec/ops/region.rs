@@ -159,24 +159,7 @@ impl RegionRead {
             .iter()
             .map(|leaf| {
                 let arr = &arrays[leaf.mat];
-                let (start, shape): (Vec<u64>, Vec<u64>) = leaf
-                    .view
-                    .axes
-                    .iter()
-                    .map(|a| match *a {
-                        ViewAxis::Fixed(i) => (i, 1),
-                        ViewAxis::Mapped {
-                            out_axis,
-                            start,
-                            step,
-                        } => {
-                            let n = region.shape[out_axis];
-                            let s = start + step * region.start[out_axis];
-                            (s, if n == 0 { 0 } else { step * (n - 1) + 1 })
-                        }
-                    })
-                    .unzip();
-                let bbox = Region { start, shape };
+                let bbox = leaf.view.input_box(region);
                 let read_box = match &leaf.fft {
                     Some(f) => input_region(&f.steps, &arr.shape(), &bbox),
                     None => bbox.clone(),
