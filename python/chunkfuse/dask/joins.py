@@ -174,8 +174,7 @@ class JoinBuilder:
                 boxes[part] = box
                 starts[part] = start
                 start += box[join.axis][1] - box[join.axis][0]
-                whole = all(box[k] == (0, n) for k, n in enumerate(full.shape))
-                fulls.append(full if whole else self._cut(full, box))
+                fulls.append(self.interp._region_of(Blk(full, box)))
         except NotNative:
             return None
         off_axis = {
@@ -184,10 +183,6 @@ class JoinBuilder:
         if len(off_axis) != 1 or not self._contiguous(join):
             return None
         return self.interp.b.concat(fulls, join.axis), boxes, starts
-
-    def _cut(self, full: Full, box: Region) -> Full:
-        selection = [[a, b, 1] for a, b in box]
-        return self.interp.b.slice(full, selection, tuple(b - a for a, b in box))
 
     @staticmethod
     def _contiguous(join: Join) -> bool:
