@@ -1001,3 +1001,45 @@ def test_reduction_written_through_cast_and_squeeze(
     if not single_stage:
         expected = expected[:5]
     np.testing.assert_allclose(read_zarr(target), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_signed_zeros_and_zero_bases_follow_numpy(run_plan: RunPlan, tmp_path: Path) -> None:
+    """Edge cases Hypothesis found: of equal values (`-0.0` and `0.0`) `maximum` and
+    `minimum` give the second, as numpy does; `0 ** z` is 0 for any exponent with a positive
+    real part, imaginary part or not (numpy 2)."""
+    xs = np.array([-0.0, 0.0, np.nan, 1.0, -0.0, 2.0], "f8")
+    ys = np.array([0.0, -0.0, 1.0, np.nan, -0.0, 2.0], "f8")
+    base = np.zeros(4, "c8")
+    exps = np.array([1 + 1j, 0j, 0.5 + 3j, 1j], "c8")
+    for name, values in (("xs", xs), ("ys", ys), ("b", base), ("e", exps)):
+        write_v3(tmp_path / f"{name}.zarr", values, (4,))
+    ops: list[dict[str, Any]] = []
+    cases = {
+        "max64": ("maximum", ["xs", "ys"], np.maximum(xs, ys)),
+        "min64": ("minimum", ["xs", "ys"], np.minimum(xs, ys)),
+        "max32": ("maximum", ["xs32", "ys32"], np.maximum(xs.astype("f4"), ys.astype("f4"))),
+        "pow": ("power", ["b", "e"], np.power(base, exps)),
+    }
+    for name, cast in (("xs32", "xs"), ("ys32", "ys")):
+        expr = {"op": "astype", "dtype": "float32", "args": [{"input": 0}]}
+        ops.append({"id": name, "op": "elementwise", "inputs": [cast], "expr": expr})
+    for name, (func, inputs, _) in cases.items():
+        expr = {"op": func, "args": [{"input": 0}, {"input": 1}]}
+        ops.append({"id": name, "op": "elementwise", "inputs": inputs, "expr": expr})
+        ops.append(
+            {
+                "id": f"w{name}",
+                "op": "write",
+                "input": name,
+                "target": str(tmp_path / f"{name}-out.zarr"),
+            }
+        )
+    arrays = [{"id": n, "zarr": str(tmp_path / f"{n}.zarr")} for n in ("xs", "ys", "b", "e")]
+    run_plan({"name": "edges", "arrays": arrays, "ops": ops}, {})
+    for name, (_, _, want) in cases.items():
+        got = read_zarr(tmp_path / f"{name}-out.zarr")
+        # The sign of a zero counts, as does where NaNs are.
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        values = ~np.isnan(want.real)
+        assert (np.signbit(got.real) == np.signbit(want.real))[values].all(), (name, got, want)

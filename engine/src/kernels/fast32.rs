@@ -81,19 +81,20 @@ fn unary_fn(func: Func, x: f32) -> f32 {
 
 #[inline(always)]
 fn nan_max(x: f32, y: f32) -> f32 {
-    if x.is_nan() || y.is_nan() {
-        f32::NAN
+    // numpy: NaN propagates, and of equal values (`-0.0` and `0.0`) the second.
+    if x.is_nan() || x > y {
+        x
     } else {
-        x.max(y)
+        y
     }
 }
 
 #[inline(always)]
 fn nan_min(x: f32, y: f32) -> f32 {
-    if x.is_nan() || y.is_nan() {
-        f32::NAN
+    if x.is_nan() || x < y {
+        x
     } else {
-        x.min(y)
+        y
     }
 }
 

@@ -97,19 +97,21 @@ fn uint_pow(mut base: u64, mut exp: u64) -> u64 {
     acc
 }
 
+/// numpy's `maximum`: NaN propagates, and of equal values (`-0.0` and `0.0`) the second.
 fn fmax(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
+    if a.is_nan() || a > b {
+        a
     } else {
-        a.max(b)
+        b
     }
 }
 
+/// numpy's `minimum`: NaN propagates, and of equal values (`-0.0` and `0.0`) the second.
 fn fmin(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
+    if a.is_nan() || a < b {
+        a
     } else {
-        a.min(b)
+        b
     }
 }
 
@@ -131,8 +133,8 @@ fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
     }
 }
 
-/// numpy's complex power (`nc_pow`): `x ** 0` is 1; a zero base gives 0 for a positive real
-/// exponent and nan + nan j otherwise; integer exponents below 100 in magnitude multiply by
+/// numpy's complex power (`nc_pow`): `x ** 0` is 1; a zero base gives 0 for an exponent with
+/// a positive real part and nan + nan j otherwise; integer exponents below 100 in magnitude multiply by
 /// squaring (as numpy does, so overflow turns into inf and nan the same way), in float32 for
 /// complex64 (`r32`); anything else is the principal value.
 fn complex_pow(x: Complex64, y: Complex64, r32: bool) -> Complex64 {
@@ -153,7 +155,7 @@ fn complex_pow(x: Complex64, y: Complex64, r32: bool) -> Complex64 {
         return Complex64::new(1.0, 0.0);
     }
     if x.re == 0.0 && x.im == 0.0 {
-        return if y.re > 0.0 && y.im == 0.0 {
+        return if y.re > 0.0 {
             Complex64::new(0.0, 0.0)
         } else {
             Complex64::new(f64::NAN, f64::NAN)

@@ -263,10 +263,10 @@ typedef long long i64;
 typedef unsigned long long u64;
 #define CF_NAN __longlong_as_double(0x7ff8000000000000LL)
 __device__ __forceinline__ double cf_fmax(double a, double b) {
-    return (isnan(a) || isnan(b)) ? CF_NAN : fmax(a, b);
+    return (isnan(a) || a > b) ? a : b;
 }
 __device__ __forceinline__ double cf_fmin(double a, double b) {
-    return (isnan(a) || isnan(b)) ? CF_NAN : fmin(a, b);
+    return (isnan(a) || a < b) ? a : b;
 }
 __device__ double cf_floordiv(double a, double b) {
     if (b == 0.0) return a / b;
