@@ -18,7 +18,7 @@ import zarr
 
 from chunkfuse.cubed.ir import IrBuilder
 from chunkfuse.cubed.symbols import Const, Full, NotNative
-from chunkfuse.stored import zarr_array_behind
+from chunkfuse.stored import passed_through, zarr_array_behind
 
 #: The wrapper class xarray's lazy decoding uses, and the attribute holding what it wraps.
 _ELEMENTWISE = ("xarray.coding.common", "_ElementwiseFunctionArray")
@@ -73,28 +73,11 @@ def decoded_array_behind(obj: Any) -> tuple[zarr.Array, tuple[Step, ...]]:
             steps.append(_step(obj.func))
             obj = obj.array
             continue
-        inner = getattr(obj, "array", None) if cls.__name__ in _OUTER else None
-        if inner is not None and _decodes(inner):
-            obj = inner
-            continue
-        return zarr_array_behind(obj), tuple(reversed(steps))
+        inner = passed_through(obj)
+        if inner is None:
+            return zarr_array_behind(obj), tuple(reversed(steps))
+        obj = inner
     raise NotNative("from_array of a deeply wrapped array")
-
-
-#: Wrappers xarray puts outside the decoding ones; they pass every element through.
-_OUTER = frozenset({"ImplicitToExplicitIndexingAdapter", "CopyOnWriteArray", "MemoryCachedArray"})
-
-
-def _decodes(obj: Any) -> bool:
-    """Whether a decoding wrapper sits somewhere below `obj` (behind pass-through wrappers)."""
-    for _ in range(16):
-        cls = type(obj)
-        if (cls.__module__, cls.__name__) == _ELEMENTWISE:
-            return True
-        if cls.__name__ not in _OUTER:
-            return False
-        obj = getattr(obj, "array", None)
-    return False
 
 
 def _const(value: Any, like: np.dtype) -> Const:

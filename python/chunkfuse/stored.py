@@ -35,14 +35,24 @@ def zarr_array_behind(obj: Any) -> zarr.Array:
     for _ in range(16):
         if isinstance(obj, zarr.Array):
             return obj
-        cls = type(obj)
-        attr = _PASS_THROUGH.get((cls.__module__, cls.__name__))
-        if attr is None:
+        inner = passed_through(obj)
+        if inner is None:
+            cls = type(obj)
             raise NotNative(f"from_array of a {cls.__module__}.{cls.__name__}")
-        if cls.__name__ == "LazilyIndexedArray" and not _whole(obj):
-            raise NotNative("from_array of an indexed xarray array")
-        obj = getattr(obj, attr)
+        obj = inner
     raise NotNative("from_array of a deeply wrapped array")
+
+
+def passed_through(obj: Any) -> Any | None:
+    """What `obj` wraps when it is one of xarray's wrappers that pass every element through
+    unchanged (None when it is not one); NotNative for a lazily indexed part of an array."""
+    cls = type(obj)
+    attr = _PASS_THROUGH.get((cls.__module__, cls.__name__))
+    if attr is None:
+        return None
+    if cls.__name__ == "LazilyIndexedArray" and not _whole(obj):
+        raise NotNative("from_array of an indexed xarray array")
+    return getattr(obj, attr)
 
 
 def _whole(lazy: Any) -> bool:

@@ -154,7 +154,7 @@ impl Fused {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
         let c = l.concat.as_deref()?;
-        (c.axis == axis && self.sees_whole(l)).then_some(c.parts.as_slice())
+        (c.axis == axis && l.view.is_identity(self.shape.len())).then_some(c.parts.as_slice())
     }
 
     /// One leaf of material `mat` read through the identity view.
@@ -185,13 +185,7 @@ impl Fused {
     pub fn plain_material(&self) -> Option<MatId> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
-        (self.sees_whole(l) && l.is_plain()).then_some(l.mat)
-    }
-
-    /// Whether leaf `l` is seen as it is: an identity view of the value's own rank (not one
-    /// that adds axes).
-    fn sees_whole(&self, l: &Leaf) -> bool {
-        l.view.is_identity() && l.view.axes.len() == self.shape.len()
+        (l.view.is_identity(self.shape.len()) && l.is_plain()).then_some(l.mat)
     }
 
     /// The result dtype.
@@ -225,7 +219,7 @@ impl Fused {
     pub fn plain_leaf(&self, dtype: DType) -> Option<usize> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
-        (self.sees_whole(l) && l.dtype == dtype).then_some(leaf)
+        (l.view.is_identity(self.shape.len()) && l.dtype == dtype).then_some(leaf)
     }
 
     /// Appends a cast to `to` unless the value already has that dtype.

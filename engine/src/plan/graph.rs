@@ -99,15 +99,17 @@ impl View {
         }
     }
 
-    /// True when this is the identity of its rank.
-    pub fn is_identity(&self) -> bool {
-        self.axes.iter().enumerate().all(|(d, a)| {
-            *a == ViewAxis::Mapped {
-                out_axis: d,
-                start: 0,
-                step: 1,
-            }
-        })
+    /// True when this is the identity between arrays of rank `rank` (a view that also adds
+    /// axes is not).
+    pub fn is_identity(&self, rank: usize) -> bool {
+        self.axes.len() == rank
+            && self.axes.iter().enumerate().all(|(d, a)| {
+                *a == ViewAxis::Mapped {
+                    out_axis: d,
+                    start: 0,
+                    step: 1,
+                }
+            })
     }
 
     /// `self` maps middle → inner coordinates and `outer` maps outer → middle; the result maps

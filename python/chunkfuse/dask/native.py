@@ -268,18 +268,23 @@ class Interpreter(ReductionSteps):
             from dask.array.core import finalize
 
             return Stored(tuple(items), finalize(nones(parts)))
-        if isinstance(first, Blk) and all(
-            isinstance(i, Blk) and i.full == first.full for i in items
-        ):
-            try:
-                return Blk(first.full, bounding([i.region for i in items]))
-            except NotNative:
-                return self._tiled(parts, 0)  # blocks of one array that lie apart in it
         if isinstance(first, Red) and all(
             isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state) for i in items
         ):
             return replace(first, region=bounding([i.region for i in items]))
-        return self._tiled(parts, 0)
+        return self._joined(parts)
+
+    def _joined(self, nested: Any) -> Blk:
+        """Blocks nested as their block grid joined into one block: the box they tile in
+        their one array, or else as `_tiled` joins them."""
+        items = [self.reduced(i) if isinstance(i, Red) else i for i in flat_items(nested)]
+        items = with_values(items)
+        if items and all(isinstance(i, Blk) and i.full == items[0].full for i in items):
+            try:
+                return Blk(items[0].full, bounding([i.region for i in items]))
+            except NotNative:
+                pass  # blocks of one array that lie apart in it
+        return self._tiled(nested, 0)
 
     def _tiled(self, nested: Any, axis: int) -> Blk:
         """Blocks nested as their block grid (lists along axes `axis`, `axis + 1`, ...) joined
@@ -501,18 +506,11 @@ class Interpreter(ReductionSteps):
     def _join(self, parts: Any, shape: Any) -> Blk:
         """Blocks joined into the box they tile (Dask's rechunk merges): of one array, or of
         several through IR concats."""
-        items = [self.reduced(i) if isinstance(i, Red) else i for i in flat_items(parts)]
-        items = with_values(items)
-        if items and all(isinstance(i, Blk) and i.full == items[0].full for i in items):
-            try:
-                return Blk(items[0].full, bounding([i.region for i in items]))
-            except NotNative:
-                pass  # blocks of one array that lie apart in it: joined as below
         from dask.array.core import reshapelist
 
         if not isinstance(parts, list | tuple) or not isinstance(shape, tuple | list):
             raise NotNative("concatenation of something else")
-        return self._tiled(reshapelist(tuple(shape), list(parts)), 0)
+        return self._joined(reshapelist(tuple(shape), list(parts)))
 
     def _getter(self, args: list[Any], kwargs: dict[str, Any]) -> Blk:
         if len(args) != 2 or not isinstance(args[0], Src) or kwargs.get("lock"):

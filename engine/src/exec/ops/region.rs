@@ -15,22 +15,20 @@ use crate::kernels::fft::{transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
 use crate::optimize::fft::input_region;
 use crate::optimize::fuse::{Fused, LeafConcat, LeafFft};
-use crate::plan::graph::{View, ViewAxis};
+use crate::plan::graph::ViewAxis;
 use crate::zarr::ZarrArray;
 
 /// The opened materialized arrays of a run, indexed by `MatId`.
 pub type Arrays = Arc<Vec<Arc<ZarrArray>>>;
 
-/// A chunk a leaf reads: chunk `idx` of material `mat`; for a leaf joining materials, of its
-/// part `part`, whose values sit `shift` further along the joined axis than the part's own.
+/// A chunk a leaf reads: chunk `idx` of material `mat`, of part `part` of a leaf that joins
+/// materials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafChunk {
     /// The material.
     pub mat: usize,
     /// The chunk's grid index in it.
     pub idx: Vec<u64>,
-    /// Where the part starts along the joined axis (0 unless the leaf joins materials).
-    pub shift: u64,
     /// The part of the joined leaf (0 unless it joins materials).
     pub part: usize,
 }
@@ -64,12 +62,8 @@ pub struct LeafRead {
     /// Chunks of the material overlapping `read_box`, in C order (for a joined leaf, part
     /// by part).
     pub chunks: Vec<LeafChunk>,
-    /// The joined axis of a leaf that joins materials (0 otherwise).
-    pub axis: usize,
     /// The materials the leaf joins, if it does.
     pub concat: Option<Arc<LeafConcat>>,
-    /// The shape of the leaf's values (its material's, or the joined materials').
-    pub values_shape: Vec<u64>,
     /// Element strides of the box buffer per region axis (0 where the leaf broadcasts).
     pub strides: Vec<usize>,
     /// The FFT the leaf's values are, if any.
@@ -85,44 +79,40 @@ pub struct LeafRead {
 }
 
 impl LeafRead {
-    /// The view of chunk `c`'s part, when the leaf joins materials and the part is not read
-    /// as it is.
-    fn part_view(&self, c: &LeafChunk) -> Option<&View> {
-        let part = self.concat.as_ref()?.parts.get(c.part)?;
-        (!(part.view.is_identity() && part.view.axes.len() == self.read_box.rank()))
-            .then_some(&part.view)
-    }
-
     /// Whether every chunk's region maps straight to the leaf's coordinates.
     fn direct(&self) -> bool {
         let rank = self.read_box.rank();
-        self.concat.as_ref().is_none_or(|c| {
-            c.parts
-                .iter()
-                .all(|p| p.view.is_identity() && p.view.axes.len() == rank)
-        })
+        self.concat
+            .as_ref()
+            .is_none_or(|c| c.parts.iter().all(|p| p.view.is_identity(rank)))
     }
 
     /// Where chunk `c`'s values go in the leaf's box.
     fn place(&self, c: &LeafChunk, arrays: &[Arc<ZarrArray>]) -> Placement {
         let mut region = arrays[c.mat].read_grid().chunk_region(&c.idx);
-        let Some(view) = self.part_view(c) else {
-            if let Some(s) = region.start.get_mut(self.axis) {
-                *s += c.shift;
-            }
+        let Some((concat, part)) = self
+            .concat
+            .as_ref()
+            .and_then(|j| Some((j, j.parts.get(c.part)?)))
+        else {
             return Placement::Direct(region);
         };
+        let (axis, shift) = (concat.axis, part.start);
+        if part.view.is_identity(self.read_box.rank()) {
+            region.start[axis] += shift;
+            return Placement::Direct(region);
+        }
         // The box in the part's coordinates, then in the material's.
         let mut part_box = self.read_box.clone();
-        let lo = part_box.start[self.axis].max(c.shift);
-        let hi = self.read_box.end(self.axis);
-        part_box.start[self.axis] = lo - c.shift;
-        part_box.shape[self.axis] = hi.saturating_sub(lo);
-        let Some(input) = region.intersect(&view.input_box(&part_box)) else {
+        let lo = part_box.start[axis].max(shift);
+        let hi = self.read_box.end(axis);
+        part_box.start[axis] = lo - shift;
+        part_box.shape[axis] = hi.saturating_sub(lo);
+        let Some(input) = region.intersect(&part.view.input_box(&part_box)) else {
             return Placement::Outside;
         };
-        let mut out = view.output_box(&input, self.read_box.rank());
-        out.start[self.axis] += c.shift;
+        let mut out = part.view.output_box(&input, self.read_box.rank());
+        out.start[axis] += shift;
         Placement::Boxed {
             chunk: region,
             input,
@@ -190,40 +180,27 @@ impl RegionRead {
                     }
                 }
                 let held = resident.is_some() || band.is_some();
-                let (chunks, axis, values_shape) = if let Some(c) = &leaf.concat {
-                    let values_shape = c.shape.clone();
-                    let chunks = if read_box.is_empty() {
-                        Vec::new()
-                    } else {
-                        joined_chunks(c, arrays, &read_box)
-                    };
-                    (chunks, c.axis, values_shape)
+                let chunks = if bbox.is_empty() || read_box.is_empty() || held {
+                    Vec::new()
+                } else if let Some(c) = &leaf.concat {
+                    joined_chunks(c, arrays, &read_box)
                 } else {
-                    let chunks = if bbox.is_empty() || read_box.is_empty() || held {
-                        Vec::new()
-                    } else {
-                        arr.read_grid()
-                            .chunks_overlapping(&read_box)
-                            .into_iter()
-                            .map(|idx| LeafChunk {
-                                mat: leaf.mat,
-                                idx,
-                                shift: 0,
-                                part: 0,
-                            })
-                            .collect()
-                    };
-                    (chunks, 0, arr.shape())
+                    arr.read_grid()
+                        .chunks_overlapping(&read_box)
+                        .into_iter()
+                        .map(|idx| LeafChunk {
+                            mat: leaf.mat,
+                            idx,
+                            part: 0,
+                        })
+                        .collect()
                 };
-                let concat = leaf.concat.clone();
                 LeafRead {
                     mat: leaf.mat,
                     bbox,
                     read_box,
                     chunks,
-                    axis,
-                    concat,
-                    values_shape,
+                    concat: leaf.concat.clone(),
                     strides,
                     fft: leaf.fft.clone(),
                     resident,
@@ -326,7 +303,6 @@ fn joined_chunks(c: &LeafConcat, arrays: &[Arc<ZarrArray>], read_box: &Region) -
                 .map(|idx| LeafChunk {
                     mat: part.mat,
                     idx,
-                    shift: part.start,
                     part: k,
                 }),
         );
@@ -411,13 +387,17 @@ impl Decoded {
 /// (which no chunk covers there) starts zeroed.
 fn leaf_buffer(lr: &LeafRead, arr: &ZarrArray) -> Buffer {
     let len = lr.read_box.len() as usize;
-    let shape = &lr.values_shape;
+    // The leaf's values' shape: its material's, or the joined materials'.
+    let shape = match &lr.concat {
+        Some(c) => c.shape.clone(),
+        None => arr.shape(),
+    };
     let inside = lr
         .read_box
         .start
         .iter()
         .zip(&lr.read_box.shape)
-        .zip(shape)
+        .zip(&shape)
         .all(|((s, n), full)| s + n <= *full);
     if inside {
         Buffer::for_overwrite(arr.dtype(), len)
@@ -515,32 +495,38 @@ impl Assembler {
         let pairs = &self.pairs[start..start + data.len()];
         self.next += data.len();
         let keeps = self.kept.is_some();
+        // Where each chunk goes, and whether it is its leaf's whole box (its decoded buffer
+        // then serves as the leaf's).
+        let placed: Vec<(Placement, bool)> = pairs
+            .iter()
+            .map(|(l, c)| {
+                let lr = &self.read.leaves[*l];
+                let placement = lr.place(c, arrays);
+                let whole = lr.chunks.len() == 1
+                    && matches!(&placement, Placement::Direct(r) if *r == lr.read_box);
+                (placement, whole)
+            })
+            .collect();
         let decoded: Vec<Result<Decoded>> = data
             .into_par_iter()
-            .zip(pairs.par_iter())
-            .map(|(bytes, (l, c))| {
-                let lr = &self.read.leaves[*l];
+            .zip(pairs.par_iter().zip(placed.par_iter()))
+            .map(|(bytes, ((_, c), (_, whole)))| {
                 let arr = &arrays[c.mat];
                 // Uncompressed chunks (intermediates) are copied into the leaf's buffer
                 // straight from the bytes read, not first into a buffer of their own.
-                let whole = lr.chunks.len() == 1
-                    && matches!(lr.place(c, arrays), Placement::Direct(r) if r == lr.read_box);
                 match bytes {
-                    Some(v) if !keeps && !whole && arr.raw_values(&c.idx, &v).is_some() => {
+                    Some(v) if !keeps && !*whole && arr.raw_values(&c.idx, &v).is_some() => {
                         Ok(Decoded::Raw(v))
                     }
                     bytes => arr.decode_read(&c.idx, bytes).map(Decoded::Values),
                 }
             })
             .collect();
-        for (decoded, (l, c)) in decoded.into_iter().zip(pairs) {
+        for ((decoded, (l, c)), (placement, whole)) in decoded.into_iter().zip(pairs).zip(placed) {
             let decoded = decoded?;
             ctx.add_decoded(decoded.bytes().len() as u64);
             let lr = &self.read.leaves[*l];
             let arr = &arrays[c.mat];
-            let placement = lr.place(c, arrays);
-            let whole = matches!(&placement, Placement::Direct(r) if *r == lr.read_box)
-                && lr.chunks.len() == 1;
             let decoded = match (decoded, &placement) {
                 (Decoded::Values(buf), Placement::Direct(region)) if self.kept.is_some() => {
                     if let Some(kept) = self.kept.as_mut() {
