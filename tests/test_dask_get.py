@@ -272,6 +272,8 @@ REDUCTIONS = {
     "all": lambda x, axis, kd: (x > 1).all(axis=axis, keepdims=kd),
     "argmin": lambda x, axis, kd: x.argmin(axis=axis, keepdims=kd),
     "argmax": lambda x, axis, kd: x.argmax(axis=axis, keepdims=kd),
+    "nanargmin": lambda x, axis, kd: da.nanargmin(x, axis=axis, keepdims=kd),
+    "nanargmax": lambda x, axis, kd: da.nanargmax(x, axis=axis, keepdims=kd),
 }
 
 
@@ -300,19 +302,26 @@ def test_reductions_run_in_the_engine_as_dask_computes_them(
 ) -> None:
     """Dask's reduction steps (chunk, combine, aggregate; mean's and var's sums, counts and
     moments; arg-reductions' values and indices) become one engine reduction: no Python task,
-    and Dask's own values and dtype, over axes, keepdims, dtypes and tree depths."""
+    and Dask's own values and dtype, over axes, keepdims, dtypes and tree depths. Where Dask
+    refuses (nanargmin of the all-NaN lane), the engine refuses too, with a ValueError."""
     build = REDUCTIONS[name]
     for dtype, x in reduction_sources.items():
         for axis in (0, 1, (0, 2), None):
-            if name.startswith("arg") and not isinstance(axis, int):
+            if "arg" in name and not isinstance(axis, int):
                 continue  # the engine's arg-reductions take one axis (Dask's ravel stays)
             for keepdims in (False, True):
                 for split_every in (2, 8):
+                    case = (dtype, axis, keepdims, split_every)
                     with dask.config.set(split_every=split_every):
                         expr = build(x, axis, keepdims)
-                        want = expr.compute(scheduler="sync")
+                        try:
+                            want = expr.compute(scheduler="sync")
+                        except ValueError as e:
+                            assert "All NaN slice" in str(e) and axis == 0, case
+                            with pytest.raises(ValueError, match="invalid value: nanarg"):
+                                expr.compute(scheduler=get)
+                            continue
                         got = expr.compute(scheduler=get)
-                    case = (dtype, axis, keepdims, split_every)
                     stats = last_stats()
                     assert stats is not None and stats.python_tasks == 0, (case, stats)
                     assert got.dtype == want.dtype and got.shape == want.shape, case

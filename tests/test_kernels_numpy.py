@@ -15,7 +15,8 @@ Comparison rules
   ever applied to exact sub-expressions, so a last-bit difference cannot flip them;
 - float sums/means/products: within ``max(1e-5, 4 (n + 1) eps)`` relative to ``sum(|x|)`` (mean:
   ``max |x|``, product: ``|prod x|``), var/std within that relative to ``4 mean(|x|^2)``;
-- min/max/argmin/argmax and the nan variants of min/max: exact.
+- min/max/argmin/argmax and their nan variants: exact (an all-NaN lane makes numpy refuse
+  nanargmin/nanargmax; `test_nanargmin_of_an_all_nan_lane_is_an_error` covers the engine's refusal).
 
 Inputs numpy leaves undefined are never generated: float->int casts of NaN or out-of-range
 values, integer division/remainder by zero (or MIN // -1), integer powers with negative exponents,
@@ -38,9 +39,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from conftest import (
     ENGINE_DTYPES,
     apply_missing,
+    assert_no_partial_files,
     chunk_grid,
     dtype_eps,
     read_zarr,
@@ -710,10 +713,23 @@ REDUCE_FUNCS = (
     "nanvar",
     "nanstd",
     "nanprod",
+    "nanargmin",
+    "nanargmax",
 )
-ORDER_FUNCS = {"min", "max", "argmin", "argmax", "nanmin", "nanmax"}
+ARG_FUNCS = {"argmin", "argmax", "nanargmin", "nanargmax"}
+ORDER_FUNCS = ARG_FUNCS | {"min", "max", "nanmin", "nanmax"}
 EXACT_FUNCS = ORDER_FUNCS | {"any", "all"}
-NAN_FUNCS = {"nansum", "nanmean", "nanmin", "nanmax", "nanvar", "nanstd", "nanprod"}
+NAN_FUNCS = {
+    "nansum",
+    "nanmean",
+    "nanmin",
+    "nanmax",
+    "nanvar",
+    "nanstd",
+    "nanprod",
+    "nanargmin",
+    "nanargmax",
+}
 
 
 @dataclass
@@ -740,7 +756,7 @@ class Reduction:
     def numpy_axis(self) -> int | tuple[int, ...] | None:
         if self.axes is None:
             return None
-        if self.func in ("argmin", "argmax"):
+        if self.func in ARG_FUNCS:
             return self.axes[0]
         return tuple(self.axes)
 
@@ -776,7 +792,7 @@ def reductions(draw: st.DrawFn, shape: tuple[int, ...], kind: str) -> Reduction:
     rank = len(shape)
     func = draw(st.sampled_from(REDUCE_FUNCS))
     axes: list[int] | None
-    if func in ("argmin", "argmax"):
+    if func in ARG_FUNCS:
         axes = None if draw(st.booleans()) else [draw(st.integers(0, rank - 1))]
     elif draw(st.integers(0, 3)) == 0:
         axes = None
@@ -889,6 +905,42 @@ def test_reductions_match_numpy(
         run_plan(plan, {})
         for (red, ref), target in zip(keep, targets, strict=True):
             compare_reduction(red, x, read_zarr(target), ref)
+
+
+@pytest.mark.parametrize("func", ["nanargmin", "nanargmax"])
+def test_nanargmin_of_an_all_nan_lane_is_an_error(
+    run_plan: RunPlan, tmp_path: Path, func: str
+) -> None:
+    """numpy raises ValueError for an all-NaN lane; the engine fails the run the same way
+    (exit status 1, the function named), leaving no partial chunk, and along the other axis,
+    where every lane has a value, it gives numpy's indices across chunks."""
+    x = np.array([[np.nan, 1.0, np.nan], [np.nan, -2.0, 5.0], [np.nan, -2.0, np.nan]])
+    src = tmp_path / "x.zarr"
+    write_v3(src, x, (2, 2))
+    with pytest.raises(ValueError, match="All-NaN slice"):
+        getattr(np, func)(x, axis=0)
+
+    def plan(axis: int, target: Path) -> dict[str, Any]:
+        return {
+            "name": func,
+            "arrays": [{"id": "x", "zarr": str(src)}],
+            "ops": [
+                {"id": "r", "op": "reduce", "input": "x", "func": func, "axes": [axis]},
+                {"id": "w", "op": "write", "input": "r", "target": str(target)},
+            ],
+        }
+
+    failed = tmp_path / "failed.zarr"
+    result = run_plan(plan(0, failed), {}, expect_rc=1)
+    assert f"{func}: all-NaN slice encountered" in result["stderr"], result["stderr"]
+    # Output chunks of lanes that have values may be written before the run fails; each
+    # stored chunk is whole and right.
+    assert_no_partial_files(failed)
+    if (failed / "c" / "1").exists():
+        assert zarr.open_array(str(failed), mode="r")[2] == getattr(np, func)(x[:, 2])
+    done = tmp_path / "done.zarr"
+    run_plan(plan(1, done), {})
+    np.testing.assert_array_equal(read_zarr(done), getattr(np, func)(x, axis=1))
 
 
 @PROPERTY_SETTINGS

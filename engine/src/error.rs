@@ -19,6 +19,9 @@ pub enum ErrorKind {
     Cancelled,
     /// Something the engine does not support yet.
     Unsupported,
+    /// The data has no answer for the computation asked (numpy raises ValueError): an
+    /// all-NaN slice given to nanargmin or nanargmax.
+    Value,
     /// A bug in the engine: an invariant did not hold.
     Internal,
 }
@@ -33,6 +36,7 @@ impl ErrorKind {
             ErrorKind::Memory => "memory budget exceeded",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Value => "invalid value",
             ErrorKind::Internal => "internal error",
         }
     }

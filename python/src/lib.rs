@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 pub(crate) fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e.kind {
-        ErrorKind::Plan => PyValueError::new_err(msg),
+        ErrorKind::Plan | ErrorKind::Value => PyValueError::new_err(msg),
         ErrorKind::Store => PyOSError::new_err(msg),
         ErrorKind::Memory => PyMemoryError::new_err(msg),
         ErrorKind::Cancelled => PyKeyboardInterrupt::new_err(msg),

@@ -36,7 +36,8 @@ enum State {
     Welford(Vec<f64>, Vec<f64>, Vec<f64>),
     /// var/std of complex values: count, complex mean, sum of squared moduli of deviations.
     WelfordC(Vec<f64>, Vec<Complex64>, Vec<f64>),
-    /// argmin/argmax: best value (as f64, i64 or u64 in `Reg`), its index, and whether seen.
+    /// argmin/argmax (and their NaN-skipping forms): best value (as f64, i64 or u64 in
+    /// `Reg`), its index, and whether seen.
     Arg(Reg, Vec<i64>, Vec<bool>),
 }
 
@@ -115,7 +116,7 @@ impl Accumulator {
                 written(Complex64::new(0.0, 0.0), len),
                 written(0.0, len),
             ),
-            (Argmin | Argmax, w) if w != Work::C => {
+            (Argmin | Argmax | NanArgmin | NanArgmax, w) if w != Work::C => {
                 let reg = match w {
                     Work::I | Work::B => Reg::I(written(0, len)),
                     Work::U => Reg::U(written(0, len)),
@@ -149,8 +150,8 @@ impl Accumulator {
             (NanMean, _) => 8,
             (Var | Std | NanVar | NanStd, Work::C) => 8 + 16 + 8,
             (Var | Std | NanVar | NanStd, _) => 24,
-            (Argmin | Argmax, Work::B) => 8 + 8 + 1,
-            (Argmin | Argmax, _) => value + 8 + 1,
+            (Argmin | Argmax | NanArgmin | NanArgmax, Work::B) => 8 + 8 + 1,
+            (Argmin | Argmax | NanArgmin | NanArgmax, _) => value + 8 + 1,
             _ => value,
         }
     }
@@ -231,7 +232,7 @@ impl Accumulator {
 
     /// True when `fold` needs tile positions (`merge` must be off in the driver).
     pub fn needs_positions(&self) -> bool {
-        matches!(self.func, ReduceFunc::Argmin | ReduceFunc::Argmax)
+        self.func.is_arg()
     }
 
     /// Folds `n` values of `reg` (of the compute dtype) into the elements at `at`. For
@@ -432,7 +433,8 @@ impl Accumulator {
                 }
             }
             (State::Arg(best, idx, seen), reg) => {
-                let is_max = func == Argmax;
+                let is_max = matches!(func, Argmax | NanArgmax);
+                let skip_nan = matches!(func, NanArgmin | NanArgmax);
                 macro_rules! arg {
                     ($b:expr, $v:expr, $better:expr) => {{
                         for (k, x) in $v[..n].iter().enumerate() {
@@ -448,6 +450,25 @@ impl Accumulator {
                     }};
                 }
                 match (best, reg) {
+                    (Reg::F(b), Reg::F(v)) if skip_nan => {
+                        // NaN values are passed over, as if absent.
+                        let better = |x: f64, cur: f64| {
+                            !x.is_nan() && (cur.is_nan() || if is_max { x > cur } else { x < cur })
+                        };
+                        for (k, x) in v[..n].iter().enumerate() {
+                            if x.is_nan() {
+                                continue;
+                            }
+                            let j = o + k * at.stride;
+                            let i = index.0 + k as i64 * index.1;
+                            let tie = !better(*x, b[j]) && !better(b[j], *x);
+                            if !seen[j] || better(*x, b[j]) || (tie && i < idx[j]) {
+                                b[j] = *x;
+                                idx[j] = i;
+                                seen[j] = true;
+                            }
+                        }
+                    }
                     (Reg::F(b), Reg::F(v)) => {
                         // The first NaN wins, as in numpy.
                         let better = |x: f64, cur: f64| {
@@ -592,7 +613,8 @@ impl Accumulator {
                 }
             }
             (State::Arg(best, idx, seen), State::Arg(best2, idx2, seen2)) => {
-                let is_max = func == Argmax;
+                // NaN-skipping forms never keep a NaN, so NaN's rank below does not matter.
+                let is_max = matches!(func, Argmax | NanArgmax);
                 // Partial results need not cover earlier elements first (an argmin over
                 // every axis of an array split along its last): of equal values (or two
                 // NaNs) the earlier index wins, as in numpy.
@@ -680,7 +702,15 @@ impl Accumulator {
                     })
                     .collect(),
             ),
-            State::Arg(_, idx, _) => Reg::I(idx),
+            State::Arg(_, idx, seen) => {
+                if matches!(func, NanArgmin | NanArgmax) && seen.iter().any(|s| !s) {
+                    return Err(Error::new(
+                        crate::error::ErrorKind::Value,
+                        format!("{}: all-NaN slice encountered", func.name()),
+                    ));
+                }
+                Reg::I(idx)
+            }
         };
         let len = match &reg {
             Reg::B(v) => v.len(),
@@ -765,6 +795,31 @@ mod tests {
                 .unwrap(),
             &[4]
         );
+    }
+
+    #[test]
+    fn nanargmin_skips_nans_and_refuses_all_nan_lanes() {
+        // Two lanes (stride 1): lane 0 has a NaN before its minimum, lane 1 only NaNs.
+        let fold = |acc: &mut Accumulator, values: [f64; 2], at: i64| {
+            acc.fold(&Reg::F(values.to_vec()), 2, target(0, 1), (at, 0))
+                .unwrap()
+        };
+        let mut a = Accumulator::new(ReduceFunc::NanArgmin, DType::F64, 2).unwrap();
+        fold(&mut a, [f64::NAN, f64::NAN], 0);
+        fold(&mut a, [3.0, f64::NAN], 1);
+        let mut b = Accumulator::new(ReduceFunc::NanArgmin, DType::F64, 2).unwrap();
+        fold(&mut b, [-1.0, f64::NAN], 2);
+        fold(&mut b, [-1.0, f64::NAN], 3);
+        let mut whole = a.clone();
+        whole.merge(&b).unwrap();
+        let err = whole.finish(DType::I64, 4, 0.0).unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::Value);
+        assert!(err.to_string().contains("all-NaN slice"), "{err}");
+        // With a value in lane 1, the first minimum of each lane, NaNs passed over.
+        fold(&mut b, [7.0, 2.0], 4);
+        b.merge(&a).unwrap();
+        let idx = b.finish(DType::I64, 5, 0.0).unwrap();
+        assert_eq!(idx.as_slice::<i64>().unwrap(), &[2, 4]);
     }
 
     /// The index an argmin accumulator folded from `values` at flat `indices` finishes with.

@@ -700,7 +700,7 @@ fn reduce(
         format!("{field}.axes"),
         "duplicate axis"
     );
-    if matches!(func, Argmin | Argmax) {
+    if func.is_arg() {
         plan_ensure!(
             axes.len() <= 1 || axes.len() == rank,
             format!("{field}.axes"),
@@ -709,7 +709,7 @@ fn reduce(
         );
     }
     let reduced: u64 = axes.iter().map(|&a| src.shape[a]).product();
-    if reduced == 0 && matches!(func, Min | Max | Argmin | Argmax | NanMin | NanMax) {
+    if reduced == 0 && (func.is_arg() || matches!(func, Min | Max | NanMin | NanMax)) {
         plan_bail!(
             format!("{field}.axes"),
             "zero-size reduction: {} has no identity",
@@ -724,6 +724,8 @@ fn reduce(
         (NanVar, Kind::Bool | Kind::Int) => Var,
         (NanStd, Kind::Bool | Kind::Int) => Std,
         (NanProd, Kind::Bool | Kind::Int) => Prod,
+        (NanArgmin, Kind::Bool | Kind::Int) => Argmin,
+        (NanArgmax, Kind::Bool | Kind::Int) => Argmax,
         _ => func,
     };
     if dtype.is_some() && !matches!(func, Sum | Prod | Mean | NanSum | NanMean | NanProd) {
@@ -757,7 +759,7 @@ fn reduce(
         },
         Min | Max | NanMin | NanMax => (t, t),
         Any | All => (DType::Bool, DType::Bool),
-        Argmin | Argmax => {
+        Argmin | Argmax | NanArgmin | NanArgmax => {
             if kind == Kind::Complex {
                 return Err(Error::new(
                     ErrorKind::Plan,

@@ -89,11 +89,15 @@ pub enum ReduceFunc {
     NanStd,
     /// `np.nanprod`
     NanProd,
+    /// `np.nanargmin`: NaN values are skipped; a lane of NaN values only is an error.
+    NanArgmin,
+    /// `np.nanargmax`: NaN values are skipped; a lane of NaN values only is an error.
+    NanArgmax,
 }
 
 impl ReduceFunc {
     /// Every function with its plan name.
-    pub const ALL: [(&'static str, ReduceFunc); 18] = [
+    pub const ALL: [(&'static str, ReduceFunc); 20] = [
         ("sum", ReduceFunc::Sum),
         ("prod", ReduceFunc::Prod),
         ("min", ReduceFunc::Min),
@@ -112,7 +116,17 @@ impl ReduceFunc {
         ("nanvar", ReduceFunc::NanVar),
         ("nanprod", ReduceFunc::NanProd),
         ("nanstd", ReduceFunc::NanStd),
+        ("nanargmin", ReduceFunc::NanArgmin),
+        ("nanargmax", ReduceFunc::NanArgmax),
     ];
+
+    /// True for the functions that give indices (argmin, argmax and their NaN-skipping forms).
+    pub fn is_arg(self) -> bool {
+        matches!(
+            self,
+            ReduceFunc::Argmin | ReduceFunc::Argmax | ReduceFunc::NanArgmin | ReduceFunc::NanArgmax
+        )
+    }
 
     /// The plan name.
     pub fn name(self) -> &'static str {

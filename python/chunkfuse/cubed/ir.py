@@ -31,8 +31,11 @@ UFUNCS: dict[str, str] = {
 #: Reductions the IR runs in one streamed pass.
 REDUCTIONS = frozenset(
     "sum prod min max mean var any all argmin argmax "
-    "nansum nanprod nanmean nanmin nanmax nanvar".split()
+    "nansum nanprod nanmean nanmin nanmax nanvar nanargmin nanargmax".split()
 )
+
+#: Reductions that give indices along one axis.
+ARG_REDUCTIONS = frozenset("argmin argmax nanargmin nanargmax".split())
 
 #: Reductions that take a `dtype` (the accumulator's and the result's).
 TYPED_REDUCTIONS = frozenset("sum prod mean nansum nanmean nanprod".split())
@@ -159,7 +162,7 @@ class IrBuilder:
             op["dtype"] = ir_dtype(p.dtype)
         if p.kind in ("var", "std", "nanvar"):
             op["ddof"] = p.ddof
-        if p.kind in ("argmin", "argmax"):
+        if p.kind in ARG_REDUCTIONS:
             if len(p.axes) != 1:
                 raise NotNative("arg reduction over several axes")
             del op["axes"]
@@ -175,7 +178,7 @@ class IrBuilder:
     def reduce_dtype(p: Partial) -> np.dtype:
         """The dtype the engine's reduction of `p` produces (numpy's rules)."""
         base = p.base.dtype
-        if p.kind in ("argmin", "argmax"):
+        if p.kind in ARG_REDUCTIONS:
             return np.dtype("int64")
         if p.kind in ("any", "all"):
             return np.dtype("bool")

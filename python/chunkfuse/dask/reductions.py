@@ -45,10 +45,11 @@ class DaskSteps:
     mean: dict[Any, str]
     #: `moment_chunk`, `moment_combine`, `moment_agg` (var and std) → the step.
     moment: dict[Any, str]
-    #: `arg_combine`, `arg_agg` → the step (`arg_chunk` is `arg_chunk`).
+    #: `arg_combine`, `arg_agg`, `nanarg_agg` → the step (`arg_chunk` is `arg_chunk`).
     arg: dict[Any, str]
     arg_chunk: Any
-    #: `chunk.argmin`/`chunk.argmax` → the reduction, with the value function paired with it.
+    #: `chunk.argmin`/`chunk.argmax` and Dask's NaN-skipping `_nanargmin`/`_nanargmax` → the
+    #: reduction, with the value function paired with it.
     argfuncs: dict[Any, tuple[str, Any]]
     #: Counting functions of mean and var: `numel`, `nannumel`.
     numel: Any
@@ -72,9 +73,14 @@ def dask_steps() -> DaskSteps:
     return DaskSteps(
         mean={r.mean_chunk: "chunk", r.mean_combine: "combine", r.mean_agg: "agg"},
         moment={r.moment_chunk: "chunk", r.moment_combine: "combine", r.moment_agg: "agg"},
-        arg={r.arg_combine: "combine", r.arg_agg: "agg"},
+        arg={r.arg_combine: "combine", r.arg_agg: "agg", r.nanarg_agg: "agg"},
         arg_chunk=r.arg_chunk,
-        argfuncs={chunk.argmin: ("argmin", chunk.min), chunk.argmax: ("argmax", chunk.max)},
+        argfuncs={
+            chunk.argmin: ("argmin", chunk.min),
+            chunk.argmax: ("argmax", chunk.max),
+            r._nanargmin: ("nanargmin", chunk.nanmin),
+            r._nanargmax: ("nanargmax", chunk.nanmax),
+        },
         numel=r.numel,
         nannumel=r.nannumel,
         sqrt=r._sqrt,

@@ -186,7 +186,7 @@ impl ReduceProcessor {
         };
         let rank = first.rank();
         let strides = self.acc_strides(first);
-        let positions = matches!(self.params.func, ReduceFunc::Argmin | ReduceFunc::Argmax);
+        let positions = self.params.func.is_arg();
         // Values each element of the output takes from the pending pieces, at most.
         let terms: u64 = pending
             .iter()
