@@ -338,16 +338,21 @@ SELECTIONS = {
     "mixed": np.s_[4, 1:6, ::2],
     "ellipsis": np.s_[..., 2],
     "slice-of-a-slice": np.s_[2:8, 1:6],
+    "reversed": np.s_[::-1],
+    "latitude-flipped": np.s_[:, ::-1],
+    "backwards-by-steps": np.s_[-2::-3, 5:0:-2, ::-1],
+    "flipped-crop": np.s_[7:1:-1, 2],
 }
 
 
 @pytest.mark.parametrize("name", sorted(SELECTIONS))
 def test_selections_run_in_the_engine(tmp_path: Path, name: str) -> None:
-    """Integer and strided selections of a stored array, and reductions over the selected
-    part (`x[2:8].sum(axis=0)` reduces rows 2 to 7 only), run natively with Dask's values."""
+    """Integer, strided and backward selections of a stored array, and reductions over the
+    selected part (`x[2:8].sum(axis=0)` reduces rows 2 to 7 only; `x[::-1].argmax(axis=0)`
+    counts from the last row), run natively with Dask's values."""
     data = _zarr_source(tmp_path, (9, 7, 5), (2, 3, 5))
     x = da.from_zarr(str(tmp_path / "x.zarr"))[SELECTIONS[name]]
-    for expr in (x, x + 1, x.sum(axis=0), x.max()):
+    for expr in (x, x + 1, x.sum(axis=0), x.max(), x.argmax(axis=0)):
         assert_native_as_dask(expr, rtol=1e-6)
     np.testing.assert_array_equal(x.compute(scheduler=get), data[SELECTIONS[name]])
 

@@ -276,6 +276,9 @@ SELECTIONS: list[tuple[list[Any], tuple[Any, ...]]] = [
     ([-1], (-1,)),
     ([None, 4, [5, None, None]], (slice(None), 4, slice(5, None))),
     ([[None, 100, None]], (slice(None, 100),)),
+    ([[None, None, -1], [None, None, -2], [-3, 1, -1]], np.s_[::-1, ::-2, -3:1:-1]),
+    ([[100, -100, -4], 2], np.s_[100:-100:-4, 2]),
+    ([[0, None, -1], [5, 5, -1]], np.s_[0::-1, 5:5:-1]),
 ]
 
 

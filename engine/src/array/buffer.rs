@@ -268,9 +268,57 @@ pub fn for_each_run(
     }
 }
 
+/// Reverses, in place, the order of the values of `bytes` (a C-ordered array of `shape`, of
+/// values of `elem` bytes) along each of `axes`.
+pub fn reverse_axes(bytes: &mut [u8], shape: &[u64], axes: &[usize], elem: usize) {
+    for &axis in axes {
+        let len = shape[axis] as usize;
+        // The values past `axis` move together: a group per index along it.
+        let group = shape[axis + 1..].iter().product::<u64>() as usize * elem;
+        if len < 2 || group == 0 {
+            continue;
+        }
+        for block in bytes.chunks_exact_mut(len * group) {
+            for j in 0..len / 2 {
+                let (front, back) = block.split_at_mut((len - 1 - j) * group);
+                front[j * group..(j + 1) * group].swap_with_slice(&mut back[..group]);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reverse_axes_matches_reversed_indexing() {
+        // 2 x 3 x 2 values of 2 bytes each.
+        let shape = [2u64, 3, 2];
+        let value = |i: usize, j: usize, k: usize| (100 * i + 10 * j + k) as u16;
+        let mut bytes: Vec<u8> = Vec::new();
+        for i in 0..2 {
+            for j in 0..3 {
+                for k in 0..2 {
+                    bytes.extend(value(i, j, k).to_ne_bytes());
+                }
+            }
+        }
+        reverse_axes(&mut bytes, &shape, &[1, 2], 2);
+        let got: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .collect();
+        let mut want = Vec::new();
+        for i in 0..2 {
+            for j in (0..3).rev() {
+                for k in (0..2).rev() {
+                    want.push(value(i, j, k));
+                }
+            }
+        }
+        assert_eq!(got, want);
+    }
 
     #[test]
     fn copy_region_moves_the_overlap() {

@@ -71,11 +71,17 @@ pub enum ViewAxis {
     Mapped {
         /// The output axis.
         out_axis: usize,
-        /// Offset.
+        /// The input index of output index 0.
         start: u64,
-        /// Stride, ≥ 1.
-        step: u64,
+        /// Stride, not 0; negative walks the input axis backwards.
+        step: i64,
     },
+}
+
+/// `start + step * i`: the input index an output index `i` maps to (never negative for
+/// indices a view maps).
+fn offset(start: u64, step: i64, i: u64) -> u64 {
+    (start as i64 + step * i as i64) as u64
 }
 
 /// Maps output coordinates to input coordinates, one entry per input axis.
@@ -126,14 +132,14 @@ impl View {
                         start,
                         step,
                     } => match outer.axes[out_axis] {
-                        ViewAxis::Fixed(j) => ViewAxis::Fixed(start + step * j),
+                        ViewAxis::Fixed(j) => ViewAxis::Fixed(offset(start, step, j)),
                         ViewAxis::Mapped {
                             out_axis: o,
                             start: s2,
                             step: st2,
                         } => ViewAxis::Mapped {
                             out_axis: o,
-                            start: start + step * s2,
+                            start: offset(start, step, s2),
                             step: step * st2,
                         },
                     },
@@ -156,8 +162,17 @@ impl View {
                     step,
                 } => {
                     let n = region.shape[out_axis];
-                    let s = start + step * region.start[out_axis];
-                    (s, if n == 0 { 0 } else { step * (n - 1) + 1 })
+                    let first = offset(start, step, region.start[out_axis]);
+                    let span = match n {
+                        0 => 0,
+                        n => step.unsigned_abs() * (n - 1) + 1,
+                    };
+                    // Walking backwards, the box ends at the region's first index.
+                    let low = match (step < 0, n) {
+                        (true, 1..) => first + 1 - span,
+                        _ => first,
+                    };
+                    (low, span)
                 }
             })
             .unzip();
@@ -200,6 +215,16 @@ impl View {
             }
         }
         out
+    }
+
+    /// The input axes the view walks backwards (negative steps).
+    pub fn reversed_axes(&self) -> Vec<usize> {
+        self.axes
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a, ViewAxis::Mapped { step, .. } if *step < 0))
+            .map(|(j, _)| j)
+            .collect()
     }
 
     /// The view that broadcasts an input of `in_shape` to `out_shape` (numpy rules).
@@ -873,6 +898,52 @@ fn concat(
     })
 }
 
+/// numpy's `start:stop:step` over an axis of `n`: the first index it takes and how many.
+fn range_of(start: Option<i64>, stop: Option<i64>, step: i64, n: i64) -> (u64, u64) {
+    // Bounds clamp to [0, n] walking forwards, to [-1, n - 1] walking backwards (-1 standing
+    // for "before the first index").
+    let (lo, hi) = if step > 0 { (0, n) } else { (-1, n - 1) };
+    let clamp = |v: i64| (if v < 0 { v + n } else { v }).clamp(lo, hi);
+    let (s, e) = match step > 0 {
+        true => (start.map(clamp).unwrap_or(0), stop.map(clamp).unwrap_or(n)),
+        false => (
+            start.map(clamp).unwrap_or(n - 1),
+            stop.map(clamp).unwrap_or(-1),
+        ),
+    };
+    let len = match step > 0 {
+        true if e > s => (e - s + step - 1) / step,
+        false if s > e => (s - e - step - 1) / -step,
+        _ => 0,
+    };
+    (s.max(0) as u64, len as u64)
+}
+
+/// The chunks along an axis sliced from `first` by `step` (`len` indices) of an input axis
+/// chunked as `input`. A backwards walk of single steps takes the input's chunks in reverse
+/// (each output chunk lies in one input chunk); any other slice is chunked regularly, as
+/// many indices per chunk as the input chunk's length holds at that step.
+fn sliced_chunks(input: &AxisChunks, first: u64, step: i64, len: u64) -> Result<AxisChunks> {
+    if len == 0 {
+        return AxisChunks::from_sizes(&[]);
+    }
+    if step == -1 {
+        let low = first + 1 - len;
+        let sizes: Vec<u64> = input
+            .overlapping(low, len)
+            .rev()
+            .map(|k| {
+                let (s, l) = input.chunk(k);
+                (s + l).min(first + 1) - s.max(low)
+            })
+            .collect();
+        return AxisChunks::from_sizes(&sizes);
+    }
+    let nominal = input.regular_size().unwrap_or(input.max_size());
+    let c = (nominal / step.unsigned_abs()).max(1);
+    AxisChunks::regular(len, c.min(len))
+}
+
 fn slice(
     nodes: &[Node],
     id: String,
@@ -924,30 +995,15 @@ fn slice(
                 view_axes.push(ViewAxis::Fixed(j as u64));
             }
             SliceItem::Range { start, stop, step } => {
-                let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
-                let s = start.map(clamp).unwrap_or(0);
-                let e = stop.map(clamp).unwrap_or(n);
-                let len = if e > s {
-                    ((e - s) + step - 1) / step
-                } else {
-                    0
-                } as u64;
+                let (s, len) = range_of(start, stop, step, n);
                 let out_axis = shape.len();
                 view_axes.push(ViewAxis::Mapped {
                     out_axis,
-                    start: s as u64,
-                    step: step as u64,
+                    start: s,
+                    step,
                 });
                 shape.push(len);
-                let nominal = src.grid.axes()[d]
-                    .regular_size()
-                    .unwrap_or(src.grid.axes()[d].max_size());
-                let c = (nominal / step as u64).max(1);
-                grid_axes.push(if len == 0 {
-                    AxisChunks::from_sizes(&[])?
-                } else {
-                    AxisChunks::regular(len, c.min(len))?
-                });
+                grid_axes.push(sliced_chunks(&src.grid.axes()[d], s, step, len)?);
             }
             SliceItem::NewAxis => {}
         }
@@ -1163,6 +1219,54 @@ mod tests {
                 step: 2
             }]
         );
+    }
+
+    #[test]
+    fn backward_views_compose_and_bound_their_boxes() {
+        let mapped = |start, step| ViewAxis::Mapped {
+            out_axis: 0,
+            start,
+            step,
+        };
+        // x[::-1] (n = 10) then [2:5] == x[7:4:-1]; then [::-2] of that == x[5:8:2].
+        let reverse = View {
+            axes: vec![mapped(9, -1)],
+        };
+        let crop = View {
+            axes: vec![mapped(2, 1)],
+        };
+        let both = reverse.compose(&crop);
+        assert_eq!(both.axes, vec![mapped(7, -1)]);
+        let back = View {
+            axes: vec![mapped(2, -2)],
+        };
+        assert_eq!(both.compose(&back).axes, vec![mapped(5, 2)]);
+        assert_eq!(both.reversed_axes(), vec![0]);
+        assert!(both.compose(&back).reversed_axes().is_empty());
+        assert!(!both.is_box(&[3]));
+        // Output [1, 3) of x[9::-3] reads x[3], x[6]: the box [3, 7).
+        let region = Region {
+            start: vec![1],
+            shape: vec![2],
+        };
+        let strided = View {
+            axes: vec![mapped(9, -3)],
+        };
+        let b = strided.input_box(&region);
+        assert_eq!((b.start, b.shape), (vec![3], vec![4]));
+        // numpy's bounds: walking backwards, a start past the end clamps to the last index
+        // and a stop before the start clamps to "before index 0".
+        assert_eq!(range_of(None, None, -1, 10), (9, 10));
+        assert_eq!(range_of(Some(100), Some(-100), -4, 10), (9, 3));
+        assert_eq!(range_of(Some(-1), Some(-20), -4, 9), (8, 3));
+        assert_eq!(range_of(Some(2), Some(2), -1, 10).1, 0);
+        assert_eq!(range_of(Some(0), None, -1, 10), (0, 1));
+        assert_eq!(range_of(None, None, -1, 0).1, 0);
+        assert_eq!(range_of(Some(-3), None, 2, 10), (7, 2));
+        // A reversed axis takes the input's chunks in reverse.
+        let axis = AxisChunks::from_sizes(&[4, 4, 2]).unwrap();
+        let chunks = sliced_chunks(&axis, 8, -1, 7).unwrap();
+        assert_eq!(chunks.sizes(), vec![1, 4, 2]);
     }
 
     #[test]

@@ -143,13 +143,13 @@ impl ReduceFunc {
 pub enum SliceItem {
     /// An integer index (drops the axis); negative counts from the end.
     Index(i64),
-    /// `start:stop:step`, each optional; step ≥ 1.
+    /// `start:stop:step`, each optional, as in numpy (a negative step walks backwards).
     Range {
         /// Start (negative counts from the end).
         start: Option<i64>,
         /// Stop (negative counts from the end).
         stop: Option<i64>,
-        /// Step, ≥ 1.
+        /// Step, not 0.
         step: i64,
     },
     /// A new axis of length 1 (numpy's `None`); it takes no input axis.

@@ -527,11 +527,7 @@ fn slice_item(v: &Value, path: &str) -> Result<SliceItem> {
                 Some(x) => opt(x, format!("{path}[2]"))?.unwrap_or(1),
                 None => 1,
             };
-            plan_ensure!(
-                step >= 1,
-                format!("{path}[2]"),
-                "step must be ≥ 1, got {step}"
-            );
+            plan_ensure!(step != 0, format!("{path}[2]"), "step must not be 0");
             Ok(SliceItem::Range { start, stop, step })
         }
         Value::String(s) if s == "newaxis" => Ok(SliceItem::NewAxis),

@@ -419,7 +419,7 @@ class Interpreter(ReductionSteps):
 
     def _getitem(self, x: Any, index: Any) -> Blk:
         """Basic indexing of a block: a box of it (Dask's rechunk splits), or integers and
-        steps (`x[5]`, `x[:, 3]`, `x[::2]`)."""
+        steps (`x[5]`, `x[:, 3]`, `x[::2]`, `x[::-1]`)."""
         if isinstance(x, Red):
             x = self.reduced(x)
         if not isinstance(x, Blk):
@@ -430,8 +430,9 @@ class Interpreter(ReductionSteps):
         """`x[index]` with `index` relative to the block: a box of `x.full`, or, with integers
         or steps, a box of the whole array's selection that this block's selection belongs to.
         That selection takes integers at their place in the whole array and steps from the
-        first position on their grid (`x[1::2]`'s blocks all give `full[1::2]`), so every
-        block of one Dask selection names the same array."""
+        first position on their grid (`x[1::2]`'s blocks all give `full[1::2]`; walking
+        backwards, from the last: `x[-2::-3]`'s give `full[-2::-3]`), so every block of one
+        Dask selection names the same array."""
         shape = tuple(b - a for a, b in x.region)
         if not isinstance(index, tuple):
             index = (index,)
@@ -449,19 +450,23 @@ class Interpreter(ReductionSteps):
                     raise NotNative("an index out of the block")
                 selection.append(r0 + i)
                 continue
-            if not isinstance(item, slice) or (item.step or 1) < 1:
-                raise NotNative("not an integer or a forward slice")
+            if not isinstance(item, slice):
+                raise NotNative("not an integer or a slice")
             start, stop, step = item.indices(n)
             count = len(range(start, stop, step))
-            if step == 1 or count <= 1:
+            if step == 1 or count == 0:
                 selection.append(None)
                 region.append((r0 + start, r0 + start + count))
                 out_shape.append(n_full)
                 continue
             first = r0 + start
-            selection.append([first % step, None, step])
-            region.append((first // step, first // step + count))
-            out_shape.append(len(range(first % step, n_full, step)))
+            # The whole array's selection on this step's grid through `first`: from its
+            # lowest index walking forwards, from its highest walking backwards.
+            origin = first % step if step > 0 else first + (n_full - 1 - first) // -step * -step
+            at = (first - origin) // step
+            selection.append([origin, None, step])
+            region.append((at, at + count))
+            out_shape.append(len(range(origin, n_full if step > 0 else -1, step)))
         if all(s is None for s in selection):
             return Blk(x.full, tuple(region))
         key = ("slice", x.full.root, repr(selection))

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkfuse.cubed.ir import ARG_REDUCTIONS
 from chunkfuse.cubed.symbols import Full, NotNative
 
 from .symbols import Blk, Red, bounding, flat_items, is_hashable, with_values
@@ -172,7 +173,7 @@ class ReductionSteps(ABC):
         else:
             raise NotNative("combine of parts nested otherwise")
         # Where Dask counts the joined region from along the reduced axis (arg reductions).
-        d = first.axes[0] if len(first.axes) == 1 else None
+        d = first.axes[0] if len(first.axes) == 1 and first.kind in ARG_REDUCTIONS else None
         origin = None
         if d is not None:
             origin = min(r.region[d][0] if r.origin is None else r.origin for r in reds)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::array::buffer::copy_region;
+use crate::array::buffer::{copy_region, reverse_axes};
 use crate::array::grid::c_strides;
 use crate::array::{Buffer, Region};
 use crate::error::Result;
@@ -74,8 +74,12 @@ pub struct LeafRead {
     /// Element offset of the box's origin in `resident`.
     pub offset: usize,
     /// For an FFT leaf, the band of its material held in memory that contains `read_box`
-    /// (its region and values): the box is copied from it, nothing is read.
+    /// (its region and values), or for a leaf reading a shared material backwards, that
+    /// whole material: the box is copied from it, nothing is read.
     pub band: Option<(Region, Arc<Buffer>)>,
+    /// Axes of `bbox` the leaf's view walks backwards: its buffer is reversed along them
+    /// once assembled (and transformed), so `strides` step forwards through it.
+    pub reversed: Vec<usize>,
 }
 
 impl LeafRead {
@@ -154,15 +158,24 @@ impl RegionRead {
                     Some(f) => input_region(&f.steps, &arr.shape(), &bbox),
                     None => bbox.clone(),
                 };
-                let resident = if leaf.is_plain() {
+                let reversed = leaf.view.reversed_axes();
+                let held_whole = if leaf.is_plain() {
                     arr.resident()
                 } else {
                     None
+                };
+                // A shared material read backwards is copied out as a box, then reversed.
+                let (resident, whole_band) = match held_whole {
+                    Some(whole) if !reversed.is_empty() => {
+                        (None, Some((Region::whole(&arr.shape()), whole)))
+                    }
+                    whole => (whole, None),
                 };
                 let band = leaf
                     .fft
                     .as_ref()
                     .and_then(|_| arr.resident_band())
+                    .or(whole_band)
                     .filter(|(r, _)| r.contains(&read_box));
                 // A shared material is addressed whole, a box buffer from its origin.
                 let (bs, offset) = match &resident {
@@ -176,7 +189,7 @@ impl RegionRead {
                 let mut strides = vec![0usize; region.rank()];
                 for (j, a) in leaf.view.axes.iter().enumerate() {
                     if let ViewAxis::Mapped { out_axis, step, .. } = *a {
-                        strides[out_axis] += (bs[j] * step) as usize;
+                        strides[out_axis] += (bs[j] * step.unsigned_abs()) as usize;
                     }
                 }
                 let held = resident.is_some() || band.is_some();
@@ -206,6 +219,7 @@ impl RegionRead {
                     resident,
                     offset,
                     band,
+                    reversed,
                 }
             })
             .collect();
@@ -414,6 +428,8 @@ pub struct Assembler {
     bufs: Vec<Option<Buffer>>,
     /// Which FFT leaves' buffers hold their transform already.
     transformed: Vec<bool>,
+    /// Which leaves' buffers are reversed along their view's backward axes already.
+    reversed: Vec<bool>,
     /// With `Some`, the decoded chunks of the single leaf are kept as they are (with their
     /// regions) instead of being copied into one buffer: plain copies take each output
     /// chunk's values straight from them.
@@ -431,6 +447,7 @@ impl Assembler {
             next: 0,
             bufs: (0..n).map(|_| None).collect(),
             transformed: vec![false; n],
+            reversed: vec![false; n],
             kept: None,
         }
     }
@@ -601,6 +618,13 @@ impl Assembler {
                     *b = Some(transform_leaf(values, lr, fft)?);
                 }
                 self.transformed[l] = true;
+            }
+            if !lr.reversed.is_empty() && !self.reversed[l] {
+                if let Some(values) = b.as_mut() {
+                    let size = values.dtype().size();
+                    reverse_axes(values.bytes_mut(), &lr.bbox.shape, &lr.reversed, size);
+                }
+                self.reversed[l] = true;
             }
         }
         Ok(self
