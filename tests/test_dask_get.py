@@ -111,6 +111,9 @@ XARRAY_OPS = {
     "max": lambda t: t.max(["y", "x"]),
     "anomaly": lambda t: t - t.mean("time"),
     "isel": lambda t: t.isel(time=3),
+    "flipped": lambda t: t.isel(y=slice(None, None, -1)).mean("time"),
+    "sortby": lambda t: t.assign_coords(y=np.arange(6)[::-1]).sortby("y").max("time"),
+    "argmax": lambda t: t.argmax("time"),
 }
 
 
@@ -355,6 +358,35 @@ def test_selections_run_in_the_engine(tmp_path: Path, name: str) -> None:
     for expr in (x, x + 1, x.sum(axis=0), x.max(), x.argmax(axis=0)):
         assert_native_as_dask(expr, rtol=1e-6)
     np.testing.assert_array_equal(x.compute(scheduler=get), data[SELECTIONS[name]])
+
+
+#: Dask's `take` (integer arrays along one axis, as xarray's `sortby` uses): positions in an
+#: even progression, over one chunk or several (Dask then merges pieces of blocks).
+TAKES = {
+    "reversed rows": lambda x: x[np.arange(8, -1, -1)],
+    "every other column": lambda x: x[:, [0, 2, 4, 6]],
+    "backwards by two": lambda x: x[:, np.arange(6, -1, -2), 1:4],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAKES))
+def test_takes_in_an_even_progression_run_in_the_engine(tmp_path: Path, name: str) -> None:
+    """A take whose positions step evenly is the slice that takes them in order: it runs
+    natively with Dask's values, also under reductions counting positions."""
+    _zarr_source(tmp_path, (9, 7, 5), (2, 3, 5))
+    x = TAKES[name](da.from_zarr(str(tmp_path / "x.zarr")))
+    for expr in (x, x * 2, x.sum(axis=0), x.argmax(axis=1)):
+        assert_native_as_dask(expr, rtol=1e-6)
+
+
+def test_takes_in_any_order_stay_correct(tmp_path: Path) -> None:
+    """Positions in no even progression within a block (`x[:, [0, 2, 1]]`, the axis in one
+    chunk) take in Python, with Dask's values."""
+    data = _zarr_source(tmp_path, (9, 7, 5), (2, 7, 5))
+    x = da.from_zarr(str(tmp_path / "x.zarr"))[:, [0, 2, 1]]
+    np.testing.assert_array_equal(x.max(axis=0).compute(scheduler=get), data[:, [0, 2, 1]].max(0))
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks > 0, stats
 
 
 def _joined_sources(tmp_path: Path) -> tuple[da.Array, da.Array, da.Array]:

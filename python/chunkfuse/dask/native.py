@@ -33,6 +33,7 @@ from .reductions import REDUCERS, ReductionSteps, dask_steps
 from .symbols import (
     Blk,
     Filled,
+    Lit,
     Red,
     Region,
     Src,
@@ -97,13 +98,13 @@ class Interpreter(ReductionSteps):
         if isinstance(node, TaskRef):
             if node.key not in env:
                 raise NotNative(f"{node.key!r} has no symbol")
-            return env[node.key]
+            return unlit(env[node.key])
         if isinstance(node, Alias):
             if node.target not in env:
                 raise NotNative(f"{node.target!r} has no symbol")
             if self.joins is not None and node.key in self.joins.joins:
                 return self.joins.block(node.key, env[node.target])
-            return env[node.target]
+            return unlit(env[node.target])
         if isinstance(node, DataNode):
             return self.literal(node.value)
         if isinstance(node, NestedContainer):
@@ -190,6 +191,7 @@ class Interpreter(ReductionSteps):
     # -- functions -------------------------------------------------------------------------
 
     def apply(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        import dask.array._shuffle as shuffle
         import dask.array.chunk as chunk
         import dask.array.core as core
         from dask.array.reductions import _concatenate2
@@ -207,6 +209,10 @@ class Interpreter(ReductionSteps):
             return self._fft(func.__name__, args, kwargs)
         if func is chunk.getitem and len(args) == 2 and not kwargs:
             return self._getitem(*args)
+        if func is shuffle._getitem and len(args) == 2 and not kwargs:
+            return self._taken(*args)
+        if func is shuffle.concatenate_arrays and len(args) == 3 and not kwargs:
+            return self._shuffled(*args)
         if func is core.concatenate_shaped and len(args) == 2 and not kwargs:
             return self._join(args[0], args[1])
         if func is chunk.astype:
@@ -425,6 +431,25 @@ class Interpreter(ReductionSteps):
         if not isinstance(x, Blk):
             raise NotNative("getitem of something else")
         return self._select(x, index)
+
+    def _taken(self, x: Any, taker: Any) -> Blk:
+        """Dask's `take` (`x[:, [8, 7, 6]]`, xarray's `sortby`) of one block:
+        `_getitem(block, (1, index))`, where positions in an even progression are a slice."""
+        if not isinstance(taker, tuple) or len(taker) != 2 or not isinstance(taker[1], tuple):
+            raise NotNative("a take of something else")
+        return self._getitem(x, tuple(as_slice(item) for item in taker[1]))
+
+    def _shuffled(self, parts: Any, sorter: Any, axis: Any) -> Blk:
+        """Dask's `take` merging the pieces of several blocks: `parts` joined along `axis`,
+        then taken in the order `argsort(sorter)` (a slice when an even progression)."""
+        if not isinstance(parts, list | tuple) or not isinstance(axis, int):
+            raise NotNative("a take's merge of something else")
+        if not isinstance(sorter, tuple) or len(sorter) != 2:
+            raise NotNative("a take's merge of something else")
+        joined = self._tiled(list(parts), axis)
+        index = [slice(None)] * len(joined.region)
+        index[axis] = as_slice(np.argsort(np.asarray(sorter[1])))
+        return self._select(joined, tuple(index))
 
     def _select(self, x: Blk, index: Any) -> Blk:
         """`x[index]` with `index` relative to the block: a box of `x.full`, or, with integers
@@ -726,9 +751,16 @@ def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Ha
             continue
         if isinstance(value, Src | Blk | Red | Store | Stored):
             symbols[key] = value
+        elif isinstance(node, DataNode):
+            symbols[key] = Lit(value)
         else:
             failed.add(key)
     return symbols
+
+
+def unlit(value: Any) -> Any:
+    """A symbol as steps read it: a literal's value, any other symbol itself."""
+    return value.value if isinstance(value, Lit) else value
 
 
 def _topological(graph: Mapping[Hashable, Any]) -> list[Hashable]:
@@ -828,7 +860,7 @@ def run_native(
             break
         for k in demote:
             del symbols[k]
-    roots = {k for k in roots if not isinstance(symbols[k], Src)}
+    roots = {k for k in roots if not isinstance(symbols[k], Src | Lit)}
     if not roots and not interp.mixed:
         return None
     todo: dict[Hashable, Any] = {k: symbols[k] for k in roots}
@@ -841,8 +873,9 @@ def run_native(
         k: _with_inner_values(graph[k], {i: computed[_InnerKey(k, i)] for i in prefix})
         for k, prefix in interp.mixed.items()
     }
-    # Source arrays stay in the graph (roots never are sources): Python tasks may read them.
-    covered = {k for k, s in symbols.items() if not isinstance(s, Src)}
+    # Source arrays and literals stay in the graph (roots never are either): Python tasks
+    # may read them.
+    covered = {k for k, s in symbols.items() if not isinstance(s, Src | Lit)}
     return NativePart(values, covered, gpu_blocks, tasks)
 
 
@@ -946,3 +979,23 @@ def _scratch_chunks(full: Full) -> tuple[int, ...]:
         chunks.append(take)
         inner *= take
     return tuple(reversed(chunks))
+
+
+def as_slice(item: Any) -> Any:
+    """An index item, with an array of positions in an even progression (Dask's `take` of
+    `[8, 7, ..., 0]` or `[2, 3, 4]`) as the slice that takes the same positions in order."""
+    if not isinstance(item, np.ndarray):
+        return item
+    if item.ndim != 1 or item.dtype.kind not in "iu":
+        raise NotNative("a take of positions other than integers along one axis")
+    positions = item.astype(np.int64)
+    if len(positions) == 0:
+        return slice(0, 0)
+    first = int(positions[0])
+    if first < 0:
+        raise NotNative("a take counting from the end")
+    step = int(positions[1] - first) if len(positions) > 1 else 1
+    if step == 0 or np.any(np.diff(positions) != step):
+        raise NotNative("a take of positions that are not an even progression")
+    stop = first + step * len(positions)
+    return slice(first, None if stop < 0 else stop, step)

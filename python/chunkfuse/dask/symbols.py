@@ -95,7 +95,15 @@ class Stored:
     template: Any
 
 
-Symbol = Src | Blk | Red | Store | Stored
+@dataclass(frozen=True, eq=False)
+class Lit:
+    """A plain value a top-level data node holds (the positions of Dask's `take`): steps
+    read it; it stays in the graph for Python tasks, which may read it too."""
+
+    value: Any
+
+
+Symbol = Src | Blk | Red | Store | Stored | Lit
 
 
 def is_hashable(f: Any) -> bool:
