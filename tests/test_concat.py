@@ -204,6 +204,35 @@ def test_joined_parts_are_read_where_they_are(run_plan: RunPlan, tmp_path: Path)
     np.testing.assert_array_equal(read_zarr(tmp_path / "t.zarr"), rows)
 
 
+@pytest.mark.parametrize("selection", [[[0, 1]], [[0, 1], [0, 2]], [[None, 2]]])
+def test_crops_from_the_start_join_only_their_rows(
+    run_plan: RunPlan, tmp_path: Path, selection: list[Any]
+) -> None:
+    """A crop from index 0 maps coordinates like the identity, yet its array's chunks hold
+    rows past the crop: joined before that array (Cubed's `pad`), only its own rows are
+    placed, in copies and in reductions. Found by Cubed's test_pad."""
+    x = np.arange(1, 13, dtype="i8").reshape(4, 3)
+    write_v3(tmp_path / "x.zarr", x, (3, 2))
+    index = tuple(slice(*s) for s in selection)
+    cropped = x[index]
+    rest = x[:, : cropped.shape[1]]
+    plan = {
+        "arrays": [{"id": "x", "zarr": str(tmp_path / "x.zarr")}],
+        "ops": [
+            {"id": "s", "op": "slice", "input": "x", "selection": selection},
+            {"id": "r", "op": "slice", "input": "x", "selection": [None, [0, cropped.shape[1]]]},
+            {"id": "c", "op": "concat", "inputs": ["s", "r", "s"]},
+            {"id": "m", "op": "reduce", "input": "c", "func": "sum", "axes": [1]},
+            {"id": "w", "op": "write", "input": "c", "target": str(tmp_path / "c.zarr")},
+            {"id": "v", "op": "write", "input": "m", "target": str(tmp_path / "m.zarr")},
+        ],
+    }
+    run_plan(plan, {})
+    joined = np.concatenate([cropped, rest, cropped])
+    np.testing.assert_array_equal(read_zarr(tmp_path / "c.zarr"), joined)
+    np.testing.assert_array_equal(read_zarr(tmp_path / "m.zarr"), joined.sum(axis=1))
+
+
 @pytest.mark.parametrize(
     ("op", "field", "message"),
     [

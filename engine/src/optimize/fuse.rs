@@ -56,6 +56,16 @@ pub struct ConcatPart {
     pub len: u64,
 }
 
+impl ConcatPart {
+    /// True when the part is its whole array (of shape `array_shape`) along joined axis
+    /// `axis`, read through the identity, so each chunk's region, shifted by `start`, is
+    /// where its values go. An identity view of a crop from index 0 maps coordinates alike
+    /// but is not whole: its array's chunks hold values past the part's end.
+    pub fn is_whole(&self, rank: usize, array_shape: &[u64], axis: usize) -> bool {
+        self.view.is_identity(rank) && array_shape.get(axis) == Some(&self.len)
+    }
+}
+
 /// Materialized arrays of one dtype joined end to end along `axis` (numpy's `concatenate`):
 /// a leaf's values that are read part by part, each chunk from the array holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -373,7 +373,7 @@ pub fn tasks_for_blocks(
                     out: out.clone(),
                     chunks,
                     assembler: if keep_chunks {
-                        Assembler::new(read).keeping_chunks()
+                        Assembler::new(read).keeping_chunks(&arrays)
                     } else {
                         Assembler::new(read)
                     },

@@ -84,11 +84,13 @@ pub struct LeafRead {
 
 impl LeafRead {
     /// Whether every chunk's region maps straight to the leaf's coordinates.
-    fn direct(&self) -> bool {
+    fn direct(&self, arrays: &[Arc<ZarrArray>]) -> bool {
         let rank = self.read_box.rank();
-        self.concat
-            .as_ref()
-            .is_none_or(|c| c.parts.iter().all(|p| p.view.is_identity(rank)))
+        self.concat.as_ref().is_none_or(|c| {
+            c.parts
+                .iter()
+                .all(|p| p.is_whole(rank, &arrays[p.mat].shape(), c.axis))
+        })
     }
 
     /// Where chunk `c`'s values go in the leaf's box.
@@ -102,7 +104,7 @@ impl LeafRead {
             return Placement::Direct(region);
         };
         let (axis, shift) = (concat.axis, part.start);
-        if part.view.is_identity(self.read_box.rank()) {
+        if part.is_whole(self.read_box.rank(), &arrays[c.mat].shape(), axis) {
             region.start[axis] += shift;
             return Placement::Direct(region);
         }
@@ -454,10 +456,10 @@ impl Assembler {
 
     /// Keeps decoded chunks as they are (see [`copy_into`](Self::copy_into)); only for a
     /// single untransformed leaf read through an identity view.
-    pub fn keeping_chunks(mut self) -> Self {
+    pub fn keeping_chunks(mut self, arrays: &[Arc<ZarrArray>]) -> Self {
         let single = self.read.leaves.len() == 1
             && self.read.leaves[0].fft.is_none()
-            && self.read.leaves[0].direct();
+            && self.read.leaves[0].direct(arrays);
         if single {
             self.kept = Some(Vec::new());
         }

@@ -114,7 +114,7 @@ impl Processor for StreamProcessor {
             .cloned()
             .ok_or_else(|| Error::internal(format!("stream copy has no batch {batch}")))?;
         let rows = (read.region.start[0], read.region.end(0));
-        let mut assembler = Assembler::new(read).keeping_chunks();
+        let mut assembler = Assembler::new(read).keeping_chunks(&self.arrays);
         assembler.accept(data, &self.arrays, ctx)?;
         let mut streams = match self.streams.take() {
             Some(s) => s,
