@@ -73,8 +73,26 @@ class Events(Callback):
             lambda x: xp.mean(xp.concat([x * 2, x], axis=0), axis=0),
             lambda a: np.mean(np.concatenate([a * 2, a], axis=0), axis=0),
         ),
+        (lambda x: x[5:50:3, 2:40] * 2, lambda a: a[5:50:3, 2:40] * 2),
+        (lambda x: xp.sum(x[10:60, ::4], axis=0), lambda a: np.sum(a[10:60, ::4], axis=0)),
+        (lambda x: x[-1, None, 3:], lambda a: a[-1, None, 3:]),
+        (lambda x: x[:, [40, 30, 20, 10]], lambda a: a[:, [40, 30, 20, 10]]),
     ],
-    ids=["elementwise", "sum", "mean", "var", "std", "rechunk", "argmax", "concat", "concat-mean"],
+    ids=[
+        "elementwise",
+        "sum",
+        "mean",
+        "var",
+        "std",
+        "rechunk",
+        "argmax",
+        "concat",
+        "concat-mean",
+        "index",
+        "index-sum",
+        "index-int",
+        "take",
+    ],
 )
 def test_native_path_is_taken(tmp_path: Path, spec: Any, build: Any, reference: Any) -> None:
     """Every task of these plans runs in the engine: none go through Python."""
@@ -240,6 +258,8 @@ OPS = {
     "any": lambda x: xp.any(x > 25, axis=0),
     "concat": lambda x: xp.concat([x, x + 1, x], axis=0),
     "concat_last": lambda x: xp.sum(xp.concat([x * 2, x], axis=-1), axis=-1),
+    "index": lambda x: x[tuple(slice(n // 3, None, 1 + n % 3) for n in x.shape)],
+    "index_max": lambda x: xp.max(x[tuple(slice(None, None, 2) for _ in x.shape)], axis=0),
 }
 
 

@@ -17,6 +17,7 @@ from cubed.array import nan_functions
 from cubed.array_api import data_type_functions, manipulation_functions, statistical_functions
 from cubed.backend_array_api import namespace as nxp
 from cubed.core import ops
+from cubed.primitive.blockwise import ChunkKey
 
 from chunkfuse.cubed.ir import UFUNCS, IrBuilder
 from chunkfuse.cubed.leaves import stored_array_behind
@@ -31,6 +32,7 @@ from chunkfuse.cubed.symbols import (
     Streamed,
 )
 from chunkfuse.fft_block import FftBlock
+from chunkfuse.selection import as_slice
 
 #: Plain reductions by their chunk function (Cubed calls the backend namespace's functions).
 PLAIN_REDUCTIONS: dict[Any, str] = {
@@ -184,7 +186,54 @@ def _apply_block_id(b: IrBuilder, inner: Any, args: list[Any], shape: tuple[int,
         if kind is None or not isinstance(base, Full) or "axis" not in kw:
             raise NotNative("arg reduction of an unknown kind")
         return ArgState(kind, base, int(kw["axis"]))
+    if fn is ops._assemble_index_chunk and kw.get("func") is None and len(args) == 1:
+        return _index(b, args[0], kw, shape)
     raise NotNative(f"block_id function {qualname(fn) or fn!r}")
+
+
+def _index(b: IrBuilder, streamed: Any, kw: dict[str, Any], shape: tuple[int, ...]) -> Full:
+    """Cubed's indexing (`x[2:8, ::2]`, `x[3]`, `x[:, [4, 2, 0]]`, and the merges after it):
+    each output block's selection of the input, recovered as one selection of the whole input.
+    Along an axis, the blocks' slices step on from the first block's start; positions of an
+    integer array are the blocks' positions in order, native when they step evenly."""
+    src = streamed.item if isinstance(streamed, Streamed) else None
+    select = kw.get("selection_function")
+    if not isinstance(src, Full) or select is None or tuple(kw.get("in_shape", ())) != src.shape:
+        raise NotNative("index of an unknown input")
+
+    def block(out_axis: int, k: int) -> tuple[Any, ...]:
+        coords = [0] * len(shape)
+        coords[out_axis] = k
+        return tuple(select(ChunkKey("out", tuple(coords))))
+
+    first = block(0, 0) if shape else tuple(select(ChunkKey("out", ())))
+    selection: list[Any] = []
+    out_axis = 0
+    for d, item in enumerate(first):
+        if isinstance(item, int | np.integer):
+            selection.append(int(item))
+            continue
+        n = shape[out_axis]
+        if isinstance(item, slice):
+            start, step = item.start or 0, item.step or 1
+            if step < 1:
+                raise NotNative("index with a backward step")
+            selection.append([start, start + step * n, step])
+        elif isinstance(item, np.ndarray):
+            pieces = [item]
+            while sum(len(p) for p in pieces) < n:
+                piece = block(out_axis, len(pieces))[d]
+                if not isinstance(piece, np.ndarray) or len(piece) == 0:
+                    raise NotNative("index positions that do not fill the output")
+                pieces.append(piece)
+            s = as_slice(np.concatenate(pieces))
+            selection.append([s.start, s.stop, s.step])
+        else:
+            raise NotNative(f"index of {type(item).__name__}")
+        out_axis += 1
+    if out_axis != len(shape):
+        raise NotNative("index of another rank")
+    return b.slice(src, selection, shape)
 
 
 def _squeeze(b: IrBuilder, x: Any, axes: tuple[int, ...], shape: tuple[int, ...]) -> Any:

@@ -25,6 +25,7 @@ import chunkfuse
 from chunkfuse.cubed.ir import UFUNCS, IrBuilder
 from chunkfuse.cubed.symbols import Const, Full, NotNative
 from chunkfuse.decoding import apply_decoding, decoded_array_behind
+from chunkfuse.selection import as_slice
 from chunkfuse.stored import wraps_stored_array
 from chunkfuse.urls import zarr_array_url
 
@@ -979,23 +980,3 @@ def _scratch_chunks(full: Full) -> tuple[int, ...]:
         chunks.append(take)
         inner *= take
     return tuple(reversed(chunks))
-
-
-def as_slice(item: Any) -> Any:
-    """An index item, with an array of positions in an even progression (Dask's `take` of
-    `[8, 7, ..., 0]` or `[2, 3, 4]`) as the slice that takes the same positions in order."""
-    if not isinstance(item, np.ndarray):
-        return item
-    if item.ndim != 1 or item.dtype.kind not in "iu":
-        raise NotNative("a take of positions other than integers along one axis")
-    positions = item.astype(np.int64)
-    if len(positions) == 0:
-        return slice(0, 0)
-    first = int(positions[0])
-    if first < 0:
-        raise NotNative("a take counting from the end")
-    step = int(positions[1] - first) if len(positions) > 1 else 1
-    if step == 0 or np.any(np.diff(positions) != step):
-        raise NotNative("a take of positions that are not an even progression")
-    stop = first + step * len(positions)
-    return slice(first, None if stop < 0 else stop, step)
