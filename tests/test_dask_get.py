@@ -414,6 +414,9 @@ JOINS = {
     # Dask's optimisation inlines these joins' aliases into the next step's tasks.
     "nested": lambda a, b, i: da.concatenate([da.concatenate([a, b]), a * 2], axis=0),
     "cut": lambda a, b, i: da.concatenate([a, b, a], axis=0)[4:15:2],
+    # A crop from index 0 before its whole array (the engine once placed it as that array).
+    "padded": lambda a, b, i: da.concatenate([a[:1], a, b[:2]]),
+    "padded columns": lambda a, b, i: da.concatenate([a[:, :1], a, a[:, :2]], axis=1),
     "stack": lambda a, b, i: da.stack([a[:5], b, a[2:]], axis=0),
     "stack last": lambda a, b, i: da.stack([a[:5], b * 2], axis=2),
 }
