@@ -162,7 +162,8 @@ class IrBuilder:
             op["dtype"] = ir_dtype(p.dtype)
         if p.kind in ("var", "std", "nanvar"):
             op["ddof"] = p.ddof
-        if p.kind in ARG_REDUCTIONS:
+        if p.kind in ARG_REDUCTIONS and len(p.axes) != len(p.base.shape):
+            # One axis, or every axis (the flattened index, as numpy's axis=None).
             if len(p.axes) != 1:
                 raise NotNative("arg reduction over several axes")
             del op["axes"]

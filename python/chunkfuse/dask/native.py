@@ -334,8 +334,11 @@ class Interpreter(ReductionSteps):
         """The values of block `x` as a whole array (a slice of its array unless whole)."""
         if all(r == (0, n) for r, n in zip(x.region, x.full.shape, strict=True)):
             return x.full
-        shape = tuple(b - a for a, b in x.region)
-        return self.b.slice(x.full, [[a, b, 1] for a, b in x.region], shape)
+        key = ("region", x.full.root, x.region)
+        if key not in self._memo:
+            shape = tuple(b - a for a, b in x.region)
+            self._memo[key] = self.b.slice(x.full, [[a, b, 1] for a, b in x.region], shape)
+        return self._memo[key]
 
     def _filled(self, like: Any, args: list[Any], kwargs: dict[str, Any]) -> Filled:
         """numpy's `zeros_like`, `ones_like` or `full_like` of a block, or Dask's zeros, ones

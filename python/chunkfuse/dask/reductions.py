@@ -295,20 +295,45 @@ class ReductionSteps(ABC):
             raise NotNative("arg reduction chunk of something else")
         rank = len(x.full.shape)
         axes = self._axes(axis, rank)
-        if len(axes) != 1:
+        if len(axes) == 1:
+            # Dask's index of the block's start: along the axis, or (1-D) ravelled.
+            start = x.region[axes[0]][0]
+            expected = ((start,), x.full.shape) if rank == 1 else start
+        elif axes == tuple(range(rank)):
+            # Over every axis (`da.argmax(x)`): the block's start and the shape Dask ravels
+            # indices in, which must be the whole array's.
+            expected = (tuple(a for a, _ in x.region), x.full.shape)
+        else:
             raise NotNative("arg reduction over several axes")
-        # Dask's index of the block's start: along the axis, or (1-D) ravelled.
-        start = x.region[axes[0]][0]
-        expected = ((start,), x.full.shape) if rank == 1 else start
         try:
             at_start = bool(offset == expected)
         except (TypeError, ValueError):
             at_start = False
         if at_start:
             return Red(kind, x.full, axes, x.region, True, None, state=True)
+        if len(axes) > 1:
+            return self._arg_chunk_of_box(kind, x, axes, offset)
         if rank == 1 or not isinstance(offset, int | np.integer):
             raise NotNative("arg reduction chunk at another offset")
         return Red(kind, x.full, axes, x.region, True, None, state=True, origin=int(offset))
+
+    def _arg_chunk_of_box(self, kind: str, x: Blk, axes: tuple[int, ...], offset: Any) -> Red:
+        """An arg reduction over every axis of a box of the stored array (`da.argmax(x[2:9])`):
+        Dask gives the block's start in the box and the box's shape, so the box is known and
+        the reduction is of the box as an array of its own."""
+        try:
+            starts, box_shape = (tuple(int(v) for v in part) for part in offset)
+        except (TypeError, ValueError):
+            raise NotNative("arg reduction chunk at another offset") from None
+        if len(starts) != len(axes) or len(box_shape) != len(axes):
+            raise NotNative("arg reduction chunk at another offset")
+        origin = tuple(a - s for (a, _), s in zip(x.region, starts, strict=True))
+        box = tuple((o, o + n) for o, n in zip(origin, box_shape, strict=True))
+        if any(o < 0 or e > n for (o, e), n in zip(box, x.full.shape, strict=True)):
+            raise NotNative("arg reduction chunk at another offset")
+        base = self._region_of(Blk(x.full, box))
+        region = tuple((a - o, b - o) for (a, b), o in zip(x.region, origin, strict=True))
+        return Red(kind, base, axes, region, True, None, state=True)
 
     def _arg_combine(
         self, step: str, bound: tuple[Any, ...], kw: dict[str, Any], parts: Any
