@@ -21,7 +21,7 @@ from dask._task_spec import Alias, Task, _execute_subgraph
 
 from chunkfuse.cubed.symbols import Full, NotNative
 
-from .symbols import Blk, Red, Region, bounding
+from .symbols import Blk, Red, Region, bounding, in_grid_order
 
 #: One input of a join: the input array's name and its block offset along the joined axis.
 Part = tuple[str, int]
@@ -157,8 +157,12 @@ class JoinBuilder:
     def _build(self, join: Join) -> tuple[Full, dict[Part, Region], dict[Part, int]] | None:
         by_part: dict[Part, list[Blk]] = defaultdict(list)
         try:
+            at: dict[Part, list[tuple[tuple[int, ...], Region]]] = defaultdict(list)
             for part, target in join.blocks.values():
-                by_part[part].append(self._blk(self.seen[target]))
+                blk = self._blk(self.seen[target])
+                by_part[part].append(blk)
+                if _block_key(target):
+                    at[part].append((tuple(target[1:]), blk.region))
             fulls: list[Full] = []
             boxes: dict[Part, Region] = {}
             starts: dict[Part, int] = {}
@@ -167,6 +171,8 @@ class JoinBuilder:
                 blks = by_part[part]
                 full = blks[0].full
                 if any(b.full != full for b in blks):
+                    return None
+                if not in_grid_order(at[part]):
                     return None
                 box = bounding(list({b.region for b in blks}))
                 if len(full.shape) <= join.axis:

@@ -43,6 +43,8 @@ from .symbols import (
     Symbol,
     bounding,
     flat_items,
+    grid_items,
+    in_grid_order,
     is_hashable,
     nones,
     unit_box,
@@ -275,8 +277,13 @@ class Interpreter(ReductionSteps):
             from dask.array.core import finalize
 
             return Stored(tuple(items), finalize(nones(parts)))
-        if isinstance(first, Red) and all(
-            isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state) for i in items
+        if (
+            isinstance(first, Red)
+            and all(
+                isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state)
+                for i in items
+            )
+            and in_grid_order([(k, _kept_region(r)) for k, r in grid_items(parts)])
         ):
             return replace(first, region=bounding([i.region for i in items]))
         return self._joined(parts)
@@ -284,9 +291,12 @@ class Interpreter(ReductionSteps):
     def _joined(self, nested: Any) -> Blk:
         """Blocks nested as their block grid joined into one block: the box they tile in
         their one array, or else as `_tiled` joins them."""
-        items = [self.reduced(i) if isinstance(i, Red) else i for i in flat_items(nested)]
-        items = with_values(items)
-        if items and all(isinstance(i, Blk) and i.full == items[0].full for i in items):
+        grid = [(k, self.reduced(i) if isinstance(i, Red) else i) for k, i in grid_items(nested)]
+        items = with_values([i for _, i in grid])
+        in_order = all(isinstance(i, Blk) for _, i in grid) and in_grid_order(
+            [(k, i.region) for k, i in grid]
+        )
+        if in_order and items and all(i.full == items[0].full for i in items):
             try:
                 return Blk(items[0].full, bounding([i.region for i in items]))
             except NotNative:
@@ -760,6 +770,14 @@ def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Ha
         else:
             failed.add(key)
     return symbols
+
+
+def _kept_region(r: Any) -> Region:
+    """A reduction's region along the axes of its result (its base's kept axes, or all with
+    keepdims): where its block lies in the result's grid."""
+    if not isinstance(r, Red) or r.keepdims:
+        return r.region
+    return tuple(span for d, span in enumerate(r.region) if d not in r.axes)
 
 
 def unlit(value: Any) -> Any:

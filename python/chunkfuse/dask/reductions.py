@@ -15,7 +15,16 @@ import numpy as np
 from chunkfuse.cubed.ir import ARG_REDUCTIONS
 from chunkfuse.cubed.symbols import Full, NotNative
 
-from .symbols import Blk, Red, bounding, flat_items, is_hashable, with_values
+from .symbols import (
+    Blk,
+    Red,
+    bounding,
+    flat_items,
+    grid_items,
+    in_grid_order,
+    is_hashable,
+    with_values,
+)
 
 #: Functions of a reduction's chunk, combine and aggregate steps, by the reduction they compute
 #: (Dask's own chunk functions join on first use, see `dask_steps`).
@@ -152,7 +161,11 @@ class ReductionSteps(ABC):
         if first.kind != kind or first.state != state or not first.keepdims:
             raise NotNative(f"{kind} combine of another reduction")
         same = all(r.spec() == first.spec() and r.state == first.state for r in reds)
-        if same and all(r.origin is None for r in reds):
+        # Parts nested along every axis must lie in their grid's order (a take may reorder).
+        ordered = _depth(parts) != len(first.region) or in_grid_order(
+            [(k, r.region) for k, r in grid_items(parts) if isinstance(r, Red)]
+        )
+        if same and ordered and all(r.origin is None for r in reds):
             try:
                 return replace(first, region=bounding([r.region for r in reds]))
             except NotNative:
@@ -311,16 +324,17 @@ class ReductionSteps(ABC):
             at_start = False
         if at_start:
             return Red(kind, x.full, axes, x.region, True, None, state=True)
-        if len(axes) > 1:
+        if len(axes) == rank:
             return self._arg_chunk_of_box(kind, x, axes, offset)
-        if rank == 1 or not isinstance(offset, int | np.integer):
+        if not isinstance(offset, int | np.integer):
             raise NotNative("arg reduction chunk at another offset")
         return Red(kind, x.full, axes, x.region, True, None, state=True, origin=int(offset))
 
     def _arg_chunk_of_box(self, kind: str, x: Blk, axes: tuple[int, ...], offset: Any) -> Red:
-        """An arg reduction over every axis of a box of the stored array (`da.argmax(x[2:9])`):
-        Dask gives the block's start in the box and the box's shape, so the box is known and
-        the reduction is of the box as an array of its own."""
+        """An arg reduction over every axis (of a 1-D array, its only one) of a box of the
+        stored array (`da.argmax(x[2:9])`): Dask gives the block's start in the box and the
+        box's shape, so the box is known and the reduction is of the box as an array of its
+        own."""
         try:
             starts, box_shape = (tuple(int(v) for v in part) for part in offset)
         except (TypeError, ValueError):

@@ -147,6 +147,34 @@ def bounding(regions: list[Region]) -> Region:
     return box
 
 
+def grid_items(nested: Any, at: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], Any]]:
+    """The items of blocks nested as their grid (lists along axes 0, 1, ...), each with its
+    grid index."""
+    if isinstance(nested, list | tuple):
+        return [p for k, n in enumerate(nested) for p in grid_items(n, (*at, k))]
+    return [(at, nested)]
+
+
+def in_grid_order(items: list[tuple[tuple[int, ...], Region]]) -> bool:
+    """Whether blocks at grid indices lie in their array in the grid's order: along each
+    axis, the blocks at a higher index lie after those at a lower one. Dask's `take` may list
+    blocks of one array in another order (`x[[3, 2, 1, 0]]` over chunks of one row), whose
+    values then cannot be read as the box they cover. Blocks without values are passed over."""
+    spans: dict[tuple[int, int], tuple[int, int]] = {}
+    for index, region in items:
+        if any(b <= a for a, b in region):
+            continue
+        for d, k in enumerate(index[: len(region)]):
+            lo, hi = region[d]
+            old = spans.get((d, k), (lo, hi))
+            spans[(d, k)] = (min(old[0], lo), max(old[1], hi))
+    ordered = sorted(spans.items())
+    return all(
+        d1 != d2 or s1[1] <= s2[0]
+        for ((d1, _), s1), ((d2, _), s2) in zip(ordered, ordered[1:], strict=False)
+    )
+
+
 def with_values(items: list[Any]) -> list[Any]:
     """The blocks and reductions whose region holds values, or all of them when none does
     (an empty block of a strided selection may name another selection of the same array)."""
