@@ -658,6 +658,14 @@ def test_fused_tasks_run_their_native_steps_in_the_engine(tmp_path: Path) -> Non
     )
 
 
+#: Settings of the property tests (``CHUNKFUSE_HYPOTHESIS_EXAMPLES`` examples, default 25).
+PROPERTY = settings(
+    max_examples=int(os.environ.get("CHUNKFUSE_HYPOTHESIS_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
 @st.composite
 def _joins(draw: st.DrawFn) -> dict[str, Any]:
     """Stored arrays of one shape but their own chunks, joined or stacked along an axis,
@@ -686,11 +694,7 @@ def _joins(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(
-    max_examples=int(os.environ.get("CHUNKFUSE_HYPOTHESIS_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@PROPERTY
 @given(case=_joins())
 def test_joins_match_dask(tmp_path_factory: pytest.TempPathFactory, case: dict[str, Any]) -> None:
     root = tmp_path_factory.mktemp("joins")
@@ -755,11 +759,7 @@ def _selections(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(
-    max_examples=int(os.environ.get("CHUNKFUSE_HYPOTHESIS_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@PROPERTY
 @given(case=_selections())
 def test_selections_match_dask(
     tmp_path_factory: pytest.TempPathFactory, case: dict[str, Any]

@@ -721,17 +721,6 @@ REDUCE_FUNCS = (
 ARG_FUNCS = {"argmin", "argmax", "nanargmin", "nanargmax"}
 ORDER_FUNCS = ARG_FUNCS | {"min", "max", "nanmin", "nanmax"}
 EXACT_FUNCS = ORDER_FUNCS | {"any", "all"}
-NAN_FUNCS = {
-    "nansum",
-    "nanmean",
-    "nanmin",
-    "nanmax",
-    "nanvar",
-    "nanstd",
-    "nanprod",
-    "nanargmin",
-    "nanargmax",
-}
 
 
 @dataclass
