@@ -14,7 +14,7 @@ import pytest
 import zarr
 from chunkfuse import RustExecutor
 from cubed.runtime.types import Callback
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 
@@ -77,6 +77,7 @@ class Events(Callback):
         (lambda x: xp.sum(x[10:60, ::4], axis=0), lambda a: np.sum(a[10:60, ::4], axis=0)),
         (lambda x: x[-1, None, 3:], lambda a: a[-1, None, 3:]),
         (lambda x: x[:, [40, 30, 20, 10]], lambda a: a[:, [40, 30, 20, 10]]),
+        (lambda x: xp.sum(xp.permute_dims(x, (1, 0)) * 2, axis=1), lambda a: (a.T * 2).sum(1)),
     ],
     ids=[
         "elementwise",
@@ -92,6 +93,7 @@ class Events(Callback):
         "index-sum",
         "index-int",
         "take",
+        "permute",
     ],
 )
 def test_native_path_is_taken(tmp_path: Path, spec: Any, build: Any, reference: Any) -> None:
@@ -260,6 +262,7 @@ OPS = {
     "concat_last": lambda x: xp.sum(xp.concat([x * 2, x], axis=-1), axis=-1),
     "index": lambda x: x[tuple(slice(n // 3, None, 1 + n % 3) for n in x.shape)],
     "index_max": lambda x: xp.max(x[tuple(slice(None, None, 2) for _ in x.shape)], axis=0),
+    "permute": lambda x: xp.permute_dims(x, tuple(reversed(range(x.ndim)))) + 1,
 }
 
 
@@ -280,7 +283,12 @@ def test_results_equal_cubed_threads_executor(
     x = cubed.from_zarr(url, spec=spec)
     # Two plans of the same expression: Cubed 0.27's own executors cannot compute a plan with
     # a structured (mean/var) intermediate twice.
-    ours = OPS[op](x).compute(executor=RustExecutor())
+    try:
+        expr = OPS[op](x)
+    except ValueError:
+        # Cubed 0.27 cannot plan some strided indexes (its chunk merge after the index).
+        assume(False)
+    ours = expr.compute(executor=RustExecutor())
     theirs = OPS[op](x).compute(executor=cubed.runtime.create.create_executor("threads"))
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     if ours.dtype.kind == "f":

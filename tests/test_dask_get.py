@@ -114,6 +114,7 @@ XARRAY_OPS = {
     "flipped": lambda t: t.isel(y=slice(None, None, -1)).mean("time"),
     "sortby": lambda t: t.assign_coords(y=np.arange(6)[::-1]).sortby("y").max("time"),
     "argmax": lambda t: t.argmax("time"),
+    "transpose": lambda t: t.transpose("x", "time", "y").max("time"),
 }
 
 
@@ -387,6 +388,23 @@ def test_takes_in_any_order_stay_correct(tmp_path: Path) -> None:
     np.testing.assert_array_equal(x.max(axis=0).compute(scheduler=get), data[:, [0, 2, 1]].max(0))
     stats = last_stats()
     assert stats is not None and stats.python_tasks > 0, stats
+
+
+TRANSPOSES = {
+    "T": lambda x: x.T,
+    "cycled": lambda x: x.transpose(2, 0, 1) * 2,
+    "moveaxis": lambda x: da.moveaxis(x, 0, -1)[::-2],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSES))
+def test_transposes_run_in_the_engine(tmp_path: Path, name: str) -> None:
+    """`np.transpose` of blocks (`x.T`, `transpose`, `moveaxis`, xarray's `transpose`) is
+    the engine's transpose: native, with Dask's values, also under reductions."""
+    _zarr_source(tmp_path, (9, 7, 5), (2, 3, 5))
+    x = TRANSPOSES[name](da.from_zarr(str(tmp_path / "x.zarr")))
+    for expr in (x, x.sum(axis=0), x.argmax(axis=1), x - x.max(axis=2, keepdims=True)):
+        assert_native_as_dask(expr, rtol=1e-5)
 
 
 def _joined_sources(tmp_path: Path) -> tuple[da.Array, da.Array, da.Array]:

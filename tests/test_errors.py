@@ -369,6 +369,16 @@ def invalid_plans(
             },
             ["ops[0].selection"],
         ),
+        "bad-transpose-axes": (
+            {
+                "arrays": [x],
+                "ops": [
+                    {"id": "y", "op": "transpose", "input": "x", "axes": [0, 0, 1]},
+                    write,
+                ],
+            },
+            ["ops[0].axes", "appears twice"],
+        ),
         "bad-rechunk": (
             {
                 "arrays": [x],
@@ -431,6 +441,7 @@ INVALID = [
     "duplicate-id",
     "declared-shape-mismatch",
     "bad-slice-step",
+    "bad-transpose-axes",
     "bad-rechunk",
     "shards-not-multiple",
     "missing-field",

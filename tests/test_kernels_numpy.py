@@ -1080,9 +1080,9 @@ def selections(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[list[Any], tupl
 @PROPERTY_SETTINGS
 @given(data=st.data())
 def test_slices_with_any_steps_match_numpy(run_plan: RunPlan, data: st.DataObject) -> None:
-    """Selections with backward and strided ranges, a selection of a selection, and
-    elementwise ops and reductions over them (sum, argmax counting in the selection's order)
-    equal numpy's, across chunk boundaries and irregular last chunks."""
+    """Selections with backward and strided ranges, a selection of a selection, a transpose,
+    and elementwise ops and reductions over them (sum, argmax counting in the selection's
+    order) equal numpy's, across chunk boundaries and irregular last chunks."""
     rank = data.draw(st.integers(1, 3))
     shape = tuple(data.draw(st.integers(1, 8)) for _ in range(rank))
     dtype = np.dtype(data.draw(st.sampled_from(["float64", "int16", "uint8", "bool"])))
@@ -1092,6 +1092,8 @@ def test_slices_with_any_steps_match_numpy(run_plan: RunPlan, data: st.DataObjec
     once = x[first_index]
     second, second_index = data.draw(selections(once.shape))
     twice = once[second_index]
+    order = data.draw(st.permutations(range(once.ndim)))
+    turned = once.transpose(order)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         inp.write(root / "x.zarr")
@@ -1104,9 +1106,10 @@ def test_slices_with_any_steps_match_numpy(run_plan: RunPlan, data: st.DataObjec
                 "inputs": ["a"],
                 "expr": {"op": "multiply", "args": [{"input": 0}, {"const": 2}]},
             },
+            {"id": "t", "op": "transpose", "input": "a", "axes": list(order)},
         ]
-        expected = {"a": once, "b": twice, "e": once * 2}
-        for name, values in (("a", once), ("b", twice)):
+        expected = {"a": once, "b": twice, "e": once * 2, "t": turned}
+        for name, values in (("a", once), ("b", twice), ("t", turned)):
             if values.ndim and values.shape[0] > 0:
                 for func in ("sum", "argmax"):
                     ops.append(

@@ -446,6 +446,16 @@ impl Graph {
                     let input = lookup(input, format!("{}.input", op.field))?;
                     slice(&nodes, op.id.clone(), op.field.clone(), input, selection)?
                 }
+                Op::Transpose { input, axes } => {
+                    let input = lookup(input, format!("{}.input", op.field))?;
+                    transpose(
+                        &nodes,
+                        op.id.clone(),
+                        op.field.clone(),
+                        input,
+                        axes.as_deref(),
+                    )?
+                }
                 Op::Concat { inputs, axis } => {
                     let ids = inputs
                         .iter()
@@ -1015,6 +1025,63 @@ fn slice(
         dtype: src.dtype,
         shape,
         grid: ChunkGrid::new(grid_axes),
+        kind: NodeKind::Slice {
+            input,
+            view: View { axes: view_axes },
+        },
+    })
+}
+
+/// numpy's `transpose(x, axes)`: a view whose output axis k reads input axis `axes[k]`.
+fn transpose(
+    nodes: &[Node],
+    id: String,
+    field: String,
+    input: NodeId,
+    axes: Option<&[i64]>,
+) -> Result<Node> {
+    let src = &nodes[input];
+    let rank = src.shape.len();
+    let path = format!("{field}.axes");
+    let order: Vec<usize> = match axes {
+        None => (0..rank).rev().collect(),
+        Some(axes) => {
+            plan_ensure!(
+                axes.len() == rank,
+                &path,
+                "{} axes for an array of rank {rank}",
+                axes.len()
+            );
+            let mut seen = vec![false; rank];
+            let mut order = Vec::with_capacity(rank);
+            for &a in axes {
+                let d = if a < 0 { a + rank as i64 } else { a };
+                plan_ensure!(
+                    (0..rank as i64).contains(&d),
+                    &path,
+                    "axis {a} is out of range for an array of rank {rank}"
+                );
+                plan_ensure!(!seen[d as usize], &path, "axis {a} appears twice");
+                seen[d as usize] = true;
+                order.push(d as usize);
+            }
+            order
+        }
+    };
+    let mut view_axes = vec![ViewAxis::Fixed(0); rank];
+    for (k, &d) in order.iter().enumerate() {
+        view_axes[d] = ViewAxis::Mapped {
+            out_axis: k,
+            start: 0,
+            step: 1,
+        };
+    }
+    Ok(Node {
+        id,
+        field,
+        dtype: src.dtype,
+        shape: order.iter().map(|&d| src.shape[d]).collect(),
+        grid: ChunkGrid::new(order.iter().map(|&d| src.grid.axes()[d].clone()).collect()),
         kind: NodeKind::Slice {
             input,
             view: View { axes: view_axes },

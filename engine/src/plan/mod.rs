@@ -263,6 +263,14 @@ pub enum Op {
         /// One item per leading axis.
         selection: Vec<SliceItem>,
     },
+    /// The input's axes reordered (numpy's `transpose`).
+    Transpose {
+        /// Input array id.
+        input: String,
+        /// Output axis k is input axis `axes[k]` (negative counts from the end); `None`
+        /// reverses the axes.
+        axes: Option<Vec<i64>>,
+    },
     /// Inputs joined end to end along one axis (numpy's `concatenate`); they share a dtype
     /// and every other axis's length.
     Concat {
@@ -295,6 +303,7 @@ impl Op {
             Op::Reduce { .. } => "reduce",
             Op::Rechunk { .. } => "rechunk",
             Op::Slice { .. } => "slice",
+            Op::Transpose { .. } => "transpose",
             Op::Concat { .. } => "concat",
             Op::Fft { .. } => "fft",
             Op::Write { .. } => "write",

@@ -294,6 +294,30 @@ fn op(o: &Obj) -> Result<Op> {
                 selection,
             }
         }
+        "transpose" => {
+            o.check_keys(&["id", "op", "input", "axes"])?;
+            let axes = match o.get("axes") {
+                None | Some(Value::Null) => None,
+                Some(v) => {
+                    let path = o.at("axes");
+                    let items = list(v, &path)?;
+                    let axes = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| {
+                            a.as_i64().ok_or_else(|| {
+                                Error::plan(format!("{path}[{i}]"), "expected an integer")
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    Some(axes)
+                }
+            };
+            Op::Transpose {
+                input: o.str("input")?.to_string(),
+                axes,
+            }
+        }
         "concat" => {
             o.check_keys(&["id", "op", "inputs", "axis"])?;
             let path = o.at("inputs");

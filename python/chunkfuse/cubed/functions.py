@@ -142,6 +142,11 @@ def apply(
         if isinstance(x, Const):
             raise NotNative("astype of a constant")
         return b.astype(x, kw["astype_dtype"])
+    if fn is nxp.permute_dims and set(kw) == {"axes"} and len(args) == 1:
+        x = _as_full(b, args[0])
+        if isinstance(x, Const):
+            raise NotNative("permute_dims of a constant")
+        return b.transpose(x, tuple(int(a) % len(x.shape) for a in kw["axes"]))
     if fn is nxp.squeeze and set(kw) == {"axis"}:
         return _squeeze(b, args[0], tuple(kw["axis"]), shape)
     if fn is manipulation_functions._expand_dims and set(kw) == {"axis"}:

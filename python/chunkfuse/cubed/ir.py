@@ -199,6 +199,12 @@ class IrBuilder:
         self.nodes[nid] = {"id": nid, "op": "slice", "input": x.root, "selection": selection}
         return Full(nid, tuple(shape), x.dtype)
 
+    def transpose(self, x: Full, axes: tuple[int, ...]) -> Full:
+        """`x` with its axes reordered: output axis k is input axis `axes[k]`."""
+        nid = self._fresh("tr")
+        self.nodes[nid] = {"id": nid, "op": "transpose", "input": x.root, "axes": list(axes)}
+        return Full(nid, tuple(x.shape[a] for a in axes), x.dtype)
+
     def squeeze(self, x: Full, axes: tuple[int, ...], shape: tuple[int, ...]) -> Full:
         """`x` without its size-1 `axes`."""
         if any(x.shape[a] != 1 for a in axes):

@@ -212,6 +212,8 @@ class Interpreter(ReductionSteps):
             return self._fft(func.__name__, args, kwargs)
         if func is chunk.getitem and len(args) == 2 and not kwargs:
             return self._getitem(*args)
+        if func is np.transpose and len(args) == 1 and set(kwargs) <= {"axes"}:
+            return self._transposed(args[0], kwargs.get("axes"))
         if func is shuffle._getitem and len(args) == 2 and not kwargs:
             return self._taken(*args)
         if func is shuffle.concatenate_arrays and len(args) == 3 and not kwargs:
@@ -445,6 +447,22 @@ class Interpreter(ReductionSteps):
         if not isinstance(x, Blk):
             raise NotNative("getitem of something else")
         return self._select(x, index)
+
+    def _transposed(self, x: Any, axes: Any) -> Blk:
+        """`np.transpose` of a block (Dask's `transpose`, `x.T`, xarray's `transpose`): a
+        block of the whole array transposed."""
+        if isinstance(x, Red):
+            x = self.reduced(x)
+        if not isinstance(x, Blk):
+            raise NotNative("transpose of something else")
+        rank = len(x.region)
+        order = tuple(range(rank))[::-1] if axes is None else tuple(int(a) % rank for a in axes)
+        if sorted(order) != list(range(rank)):
+            raise NotNative("transpose with axes that are not a permutation")
+        key = ("transpose", x.full.root, order)
+        if key not in self._memo:
+            self._memo[key] = self.b.transpose(x.full, order)
+        return Blk(self._memo[key], tuple(x.region[d] for d in order))
 
     def _taken(self, x: Any, taker: Any) -> Blk:
         """Dask's `take` (`x[:, [8, 7, 6]]`, xarray's `sortby`) of one block:
