@@ -78,6 +78,10 @@ class Events(Callback):
         (lambda x: x[-1, None, 3:], lambda a: a[-1, None, 3:]),
         (lambda x: x[:, [40, 30, 20, 10]], lambda a: a[:, [40, 30, 20, 10]]),
         (lambda x: xp.sum(xp.permute_dims(x, (1, 0)) * 2, axis=1), lambda a: (a.T * 2).sum(1)),
+        (
+            lambda x: xp.atan2(x, x + 1) + xp.hypot(x, x) * xp.sign(x - 0.5) + xp.tanh(x),
+            lambda a: np.arctan2(a, a + 1) + np.hypot(a, a) * np.sign(a - 0.5) + np.tanh(a),
+        ),
     ],
     ids=[
         "elementwise",
@@ -94,6 +98,7 @@ class Events(Callback):
         "index-int",
         "take",
         "permute",
+        "math",
     ],
 )
 def test_native_path_is_taken(tmp_path: Path, spec: Any, build: Any, reference: Any) -> None:

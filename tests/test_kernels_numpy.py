@@ -72,7 +72,40 @@ PROPERTY_SETTINGS = settings(
 
 RunPlan = Callable[..., dict[str, Any]]
 
-UNARY = ("negative", "abs", "sqrt", "exp", "log", "sin", "cos", "floor", "ceil", "logical_not")
+#: Float functions of one argument beside exp, log, sin and cos (no complex values).
+FLOAT_MATH = (
+    "log1p",
+    "expm1",
+    "exp2",
+    "log2",
+    "log10",
+    "tan",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+)
+UNARY = (
+    "negative",
+    "abs",
+    "sqrt",
+    "exp",
+    "log",
+    "sin",
+    "cos",
+    "floor",
+    "ceil",
+    "logical_not",
+    "square",
+    "sign",
+    "trunc",
+    "isnan",
+    "isinf",
+    "isfinite",
+    *FLOAT_MATH,
+)
 BINARY = (
     "add",
     "subtract",
@@ -92,15 +125,43 @@ BINARY = (
     "logical_and",
     "logical_or",
     "logical_xor",
+    "arctan2",
+    "hypot",
+    "fmax",
+    "fmin",
 )
 #: numpy orders complex numbers lexicographically; the engine need not.
-ORDERING = {"less", "less_equal", "greater", "greater_equal", "maximum", "minimum", "clip"}
+ORDERING = {
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "maximum",
+    "minimum",
+    "clip",
+    "fmax",
+    "fmin",
+}
+#: Ops numpy defines for complex numbers that the engine refuses for them.
+COMPLEX_REFUSED = {"sign", *FLOAT_MATH}
 #: Ops whose float result is not correctly rounded (libm / SIMD implementations differ).
-TRANSCENDENTAL = {"exp", "log", "sin", "cos", "power"}
+TRANSCENDENTAL = {"exp", "log", "sin", "cos", "power", "arctan2", "hypot", *FLOAT_MATH}
 #: Ops whose result jumps for a tiny change of an argument: arguments must be exact.
 DISCONTINUOUS = {
     "floor",
     "ceil",
+    "trunc",
+    "sign",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "log1p",
+    "log2",
+    "log10",
+    "tan",
+    "arcsin",
+    "arccos",
+    "arctan2",
     "sqrt",
     "log",
     "logical_not",
@@ -291,7 +352,7 @@ def cast_is_defined(source: np.ndarray, target: str) -> bool:
 def evaluate(op: str, args: list[Node], dtype: str | None = None) -> np.ndarray | None:
     """numpy's result, or None where numpy refuses the op or leaves it undefined."""
     values = [a.value for a in args]
-    if op in ORDERING and any(dtype_of(v).kind == "c" for v in values):
+    if op in ORDERING | COMPLEX_REFUSED and any(dtype_of(v).kind == "c" for v in values):
         return None
     if op == "astype" and not cast_is_defined(np.asarray(values[0]), dtype or ""):
         return None
@@ -323,12 +384,12 @@ def evaluate(op: str, args: list[Node], dtype: str | None = None) -> np.ndarray 
 def op_is_exact(op: str, args: list[Node], result: np.ndarray) -> bool:
     if not all(a.exact for a in args):
         return False
-    if op in {"exp", "log", "sin", "cos"}:
+    if op in TRANSCENDENTAL - {"power"}:
         return False
     if op == "power":
         return result.dtype.kind in "biu"
     if result.dtype.kind == "c" or any(dtype_of(a.value).kind == "c" for a in args):
-        return op not in {"multiply", "divide", "sqrt", "abs", "power"}
+        return op not in {"multiply", "divide", "sqrt", "abs", "power", "square"}
     return True
 
 

@@ -115,6 +115,38 @@ fn fmin(a: f64, b: f64) -> f64 {
     }
 }
 
+/// numpy's `fmax`: a NaN is passed over unless both are NaN (the sign of a zero tie is not
+/// fixed: numpy's own loops differ).
+fn nan_skipping_max(a: f64, b: f64) -> f64 {
+    if b.is_nan() || a >= b {
+        a
+    } else {
+        b
+    }
+}
+
+/// numpy's `fmin`: a NaN is passed over unless both are NaN.
+fn nan_skipping_min(a: f64, b: f64) -> f64 {
+    if b.is_nan() || a <= b {
+        a
+    } else {
+        b
+    }
+}
+
+/// numpy's `sign` of a float: -1, 0 or 1, NaN for NaN (and +0 for either zero).
+fn float_sign(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else if x.is_nan() {
+        x
+    } else {
+        0.0
+    }
+}
+
 /// Complex division as numpy computes it (Smith's method; dividing by zero gives a complex
 /// infinity or NaN, not always NaN).
 fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
@@ -131,6 +163,27 @@ fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
         let scl = 1.0 / (bi + br * rat);
         Complex64::new((ar * rat + ai) * scl, (ai * rat - ar) * scl)
     }
+}
+
+/// [`complex_div`] of complex64 values, each step in float32 as numpy's complex64 loop takes
+/// it: a tiny divisor's reciprocal overflows there (`1e-45 / 1e-45` is inf + nan j), not in
+/// float64.
+fn complex64_div(x: Complex64, y: Complex64) -> Complex64 {
+    let (ar, ai, br, bi) = (x.re as f32, x.im as f32, y.re as f32, y.im as f32);
+    let (re, im) = if br.abs() >= bi.abs() {
+        if br == 0.0 && bi == 0.0 {
+            (ar / br.abs(), ai / br.abs())
+        } else {
+            let rat = bi / br;
+            let scl = 1.0 / (br + bi * rat);
+            ((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+        }
+    } else {
+        let rat = br / bi;
+        let scl = 1.0 / (bi + br * rat);
+        ((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+    };
+    Complex64::new(re as f64, im as f64)
 }
 
 /// numpy's complex power (`nc_pow`): `x ** 0` is 1; a zero base gives 0 for an exponent with
@@ -306,6 +359,10 @@ fn binary_f<const R32: bool>(
         Power => zip2(a, b, o, n, |x: f64, y| rnd::<R32>(x.powf(y))),
         Maximum => zip2(a, b, o, n, |x, y| rnd::<R32>(fmax(x, y))),
         Minimum => zip2(a, b, o, n, |x, y| rnd::<R32>(fmin(x, y))),
+        Fmax => zip2(a, b, o, n, |x, y| rnd::<R32>(nan_skipping_max(x, y))),
+        Fmin => zip2(a, b, o, n, |x, y| rnd::<R32>(nan_skipping_min(x, y))),
+        Arctan2 => zip2(a, b, o, n, |x: f64, y| rnd::<R32>(x.atan2(y))),
+        Hypot => zip2(a, b, o, n, |x: f64, y| rnd::<R32>(x.hypot(y))),
         _ => return Err(unsupported(func, "float")),
     }
     Ok(())
@@ -316,8 +373,26 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
     match (a, out) {
         (Reg::B(a), Reg::B(o)) => match func {
             LogicalNot => map1(a, o, n, |x| !x),
-            Abs | Floor | Ceil => map1(a, o, n, |x| x),
+            Abs | Floor | Ceil | Trunc => map1(a, o, n, |x| x),
+            IsNan | IsInf => map1(a, o, n, |_| false),
+            IsFinite => map1(a, o, n, |_| true),
             _ => return Err(unsupported(func, "bool")),
+        },
+        (Reg::I(_) | Reg::U(_), Reg::B(o)) if matches!(func, IsNan | IsInf | IsFinite) => {
+            let finite = func == IsFinite;
+            o[..n].iter_mut().for_each(|v| *v = finite);
+        }
+        (Reg::F(a), Reg::B(o)) if matches!(func, IsNan | IsInf | IsFinite) => match func {
+            IsNan => map1(a, o, n, |x: f64| x.is_nan()),
+            IsInf => map1(a, o, n, |x: f64| x.is_infinite()),
+            _ => map1(a, o, n, |x: f64| x.is_finite()),
+        },
+        (Reg::C(a), Reg::B(o)) if matches!(func, IsNan | IsInf | IsFinite) => match func {
+            IsNan => map1(a, o, n, |x: Complex64| x.re.is_nan() || x.im.is_nan()),
+            IsInf => map1(a, o, n, |x: Complex64| {
+                x.re.is_infinite() || x.im.is_infinite()
+            }),
+            _ => map1(a, o, n, |x: Complex64| x.re.is_finite() && x.im.is_finite()),
         },
         (Reg::I(a), Reg::B(o)) if func == LogicalNot => map1(a, o, n, |x| x == 0),
         (Reg::U(a), Reg::B(o)) if func == LogicalNot => map1(a, o, n, |x| x == 0),
@@ -328,12 +403,16 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
         (Reg::I(a), Reg::I(o)) => match func {
             Negative => map1(a, o, n, |x: i64| x.wrapping_neg()),
             Abs => map1(a, o, n, |x: i64| x.wrapping_abs()),
-            Floor | Ceil => map1(a, o, n, |x| x),
+            Floor | Ceil | Trunc => map1(a, o, n, |x| x),
+            Square => map1(a, o, n, |x: i64| x.wrapping_mul(x)),
+            Sign => map1(a, o, n, i64::signum),
             _ => return Err(unsupported(func, "integer")),
         },
         (Reg::U(a), Reg::U(o)) => match func {
             Negative => map1(a, o, n, |x: u64| x.wrapping_neg()),
-            Abs | Floor | Ceil => map1(a, o, n, |x| x),
+            Abs | Floor | Ceil | Trunc => map1(a, o, n, |x| x),
+            Square => map1(a, o, n, |x: u64| x.wrapping_mul(x)),
+            Sign => map1(a, o, n, |x: u64| u64::from(x > 0)),
             _ => return Err(unsupported(func, "uint64")),
         },
         (Reg::F(a), Reg::F(o)) => match func {
@@ -346,6 +425,21 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
             Cos => map1(a, o, n, f64::cos),
             Floor => map1(a, o, n, f64::floor),
             Ceil => map1(a, o, n, f64::ceil),
+            Trunc => map1(a, o, n, f64::trunc),
+            Square => map1(a, o, n, |x: f64| x * x),
+            Sign => map1(a, o, n, float_sign),
+            Log1p => map1(a, o, n, f64::ln_1p),
+            Expm1 => map1(a, o, n, f64::exp_m1),
+            Exp2 => map1(a, o, n, f64::exp2),
+            Log2 => map1(a, o, n, f64::log2),
+            Log10 => map1(a, o, n, f64::log10),
+            Tan => map1(a, o, n, f64::tan),
+            Arcsin => map1(a, o, n, f64::asin),
+            Arccos => map1(a, o, n, f64::acos),
+            Arctan => map1(a, o, n, f64::atan),
+            Sinh => map1(a, o, n, f64::sinh),
+            Cosh => map1(a, o, n, f64::cosh),
+            Tanh => map1(a, o, n, f64::tanh),
             _ => return Err(unsupported(func, "float")),
         },
         (Reg::C(a), Reg::F(o)) if func == Abs => map1(a, o, n, |x: Complex64| x.norm()),
@@ -356,6 +450,7 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
             Log => map1(a, o, n, |x: Complex64| x.ln()),
             Sin => map1(a, o, n, |x: Complex64| x.sin()),
             Cos => map1(a, o, n, |x: Complex64| x.cos()),
+            Square => map1(a, o, n, |x: Complex64| x * x),
             _ => return Err(unsupported(func, "complex")),
         },
         _ => return Err(unsupported(func, "these")),
@@ -369,8 +464,8 @@ fn binary(func: Func, r32: bool, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> R
     use Func::*;
     match (a, b, out) {
         (Reg::B(a), Reg::B(b), Reg::B(o)) => match func {
-            Add | LogicalOr | Maximum => zip2(a, b, o, n, |x, y| x | y),
-            Multiply | LogicalAnd | Minimum => zip2(a, b, o, n, |x, y| x & y),
+            Add | LogicalOr | Maximum | Fmax => zip2(a, b, o, n, |x, y| x | y),
+            Multiply | LogicalAnd | Minimum | Fmin => zip2(a, b, o, n, |x, y| x & y),
             LogicalXor | NotEqual => zip2(a, b, o, n, |x, y| x ^ y),
             Equal => zip2(a, b, o, n, |x, y| x == y),
             Less => zip2(a, b, o, n, |x, y| !x & y),
@@ -394,8 +489,8 @@ fn binary(func: Func, r32: bool, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> R
                 }
                 zip2(a, b, o, n, |x, y| int_pow(x, y as u64))
             }
-            Maximum => zip2(a, b, o, n, |x: i64, y| x.max(y)),
-            Minimum => zip2(a, b, o, n, |x: i64, y| x.min(y)),
+            Maximum | Fmax => zip2(a, b, o, n, |x: i64, y| x.max(y)),
+            Minimum | Fmin => zip2(a, b, o, n, |x: i64, y| x.min(y)),
             _ => return Err(unsupported(func, "integer")),
         },
         (Reg::I(a), Reg::I(b), Reg::B(o)) => cmp(func, a, b, o, n)?,
@@ -406,8 +501,8 @@ fn binary(func: Func, r32: bool, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> R
             FloorDivide => zip2(a, b, o, n, |x: u64, y| x.checked_div(y).unwrap_or(0)),
             Remainder => zip2(a, b, o, n, |x: u64, y| x.checked_rem(y).unwrap_or(0)),
             Power => zip2(a, b, o, n, uint_pow),
-            Maximum => zip2(a, b, o, n, |x: u64, y| x.max(y)),
-            Minimum => zip2(a, b, o, n, |x: u64, y| x.min(y)),
+            Maximum | Fmax => zip2(a, b, o, n, |x: u64, y| x.max(y)),
+            Minimum | Fmin => zip2(a, b, o, n, |x: u64, y| x.min(y)),
             _ => return Err(unsupported(func, "uint64")),
         },
         (Reg::U(a), Reg::U(b), Reg::B(o)) => cmp(func, a, b, o, n)?,
@@ -428,6 +523,7 @@ fn binary(func: Func, r32: bool, a: &Reg, b: &Reg, out: &mut Reg, n: usize) -> R
             Add => zip2(a, b, o, n, |x, y| x + y),
             Subtract => zip2(a, b, o, n, |x, y| x - y),
             Multiply => zip2(a, b, o, n, |x, y| x * y),
+            Divide if r32 => zip2(a, b, o, n, complex64_div),
             Divide => zip2(a, b, o, n, complex_div),
             Power => zip2(a, b, o, n, |x, y| complex_pow(x, y, r32)),
             Maximum => zip2(a, b, o, n, |x, y| if clt(x, y) { y } else { x }),

@@ -112,11 +112,55 @@ pub enum Func {
     Where,
     /// `clip(x, lo, hi)`
     Clip,
+    /// `x * x` (bool squares to int8, as in numpy)
+    Square,
+    /// -1, 0 or 1 (NaN stays NaN; no bool or complex)
+    Sign,
+    /// round toward zero
+    Trunc,
+    /// `x` is NaN
+    IsNan,
+    /// `x` is ±infinity
+    IsInf,
+    /// `x` is neither NaN nor infinite
+    IsFinite,
+    /// log(1 + x)
+    Log1p,
+    /// e^x − 1
+    Expm1,
+    /// 2^x
+    Exp2,
+    /// base-2 log
+    Log2,
+    /// base-10 log
+    Log10,
+    /// tangent
+    Tan,
+    /// inverse sine
+    Arcsin,
+    /// inverse cosine
+    Arccos,
+    /// inverse tangent
+    Arctan,
+    /// hyperbolic sine
+    Sinh,
+    /// hyperbolic cosine
+    Cosh,
+    /// hyperbolic tangent
+    Tanh,
+    /// the angle of the point (b, a): `arctan2(a, b)`
+    Arctan2,
+    /// sqrt(a² + b²) without overflow on the way
+    Hypot,
+    /// elementwise max, a NaN passed over when the other value is not NaN
+    Fmax,
+    /// elementwise min, a NaN passed over when the other value is not NaN
+    Fmin,
 }
 
 impl Func {
     /// Every function with its plan name.
-    pub const ALL: [(&'static str, Func); 30] = [
+    pub const ALL: [(&'static str, Func); 52] = [
         ("negative", Func::Negative),
         ("abs", Func::Abs),
         ("sqrt", Func::Sqrt),
@@ -147,6 +191,28 @@ impl Func {
         ("logical_xor", Func::LogicalXor),
         ("where", Func::Where),
         ("clip", Func::Clip),
+        ("square", Func::Square),
+        ("sign", Func::Sign),
+        ("trunc", Func::Trunc),
+        ("isnan", Func::IsNan),
+        ("isinf", Func::IsInf),
+        ("isfinite", Func::IsFinite),
+        ("log1p", Func::Log1p),
+        ("expm1", Func::Expm1),
+        ("exp2", Func::Exp2),
+        ("log2", Func::Log2),
+        ("log10", Func::Log10),
+        ("tan", Func::Tan),
+        ("arcsin", Func::Arcsin),
+        ("arccos", Func::Arccos),
+        ("arctan", Func::Arctan),
+        ("sinh", Func::Sinh),
+        ("cosh", Func::Cosh),
+        ("tanh", Func::Tanh),
+        ("arctan2", Func::Arctan2),
+        ("hypot", Func::Hypot),
+        ("fmax", Func::Fmax),
+        ("fmin", Func::Fmin),
     ];
 
     /// Looks a function up by plan name (a few numpy aliases accepted).
@@ -157,6 +223,10 @@ impl Func {
             "mod" => "remainder",
             "pow" => "power",
             "neg" => "negative",
+            "asin" => "arcsin",
+            "acos" => "arccos",
+            "atan" => "arctan",
+            "atan2" => "arctan2",
             other => other,
         };
         Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
@@ -175,7 +245,9 @@ impl Func {
     pub fn arity(self) -> usize {
         use Func::*;
         match self {
-            Negative | Abs | Sqrt | Exp | Log | Sin | Cos | Floor | Ceil | LogicalNot => 1,
+            Negative | Abs | Sqrt | Exp | Log | Sin | Cos | Floor | Ceil | LogicalNot | Square
+            | Sign | Trunc | IsNan | IsInf | IsFinite => 1,
+            f if f.is_float_math() => 1,
             Where | Clip => 3,
             _ => 2,
         }
@@ -196,6 +268,30 @@ impl Func {
                 | LogicalOr
                 | LogicalXor
                 | LogicalNot
+                | IsNan
+                | IsInf
+                | IsFinite
+        )
+    }
+
+    /// True for the one-argument float functions added beside exp, log, sin and cos: they
+    /// compute in float (integers as numpy's float for them) and take no complex values.
+    pub fn is_float_math(self) -> bool {
+        use Func::*;
+        matches!(
+            self,
+            Log1p
+                | Expm1
+                | Exp2
+                | Log2
+                | Log10
+                | Tan
+                | Arcsin
+                | Arccos
+                | Arctan
+                | Sinh
+                | Cosh
+                | Tanh
         )
     }
 }
@@ -291,6 +387,47 @@ pub fn resolve(func: Func, args: &[Typed]) -> Result<Signature> {
             sig(promoted, promoted)
         }
         Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual => sig(promoted, DType::Bool),
+        IsNan | IsInf | IsFinite => sig(promoted, DType::Bool),
+        Square => {
+            let d = if kind == Kind::Bool {
+                DType::I8
+            } else {
+                promoted
+            };
+            sig(d, d)
+        }
+        Sign | Trunc | Fmax | Fmin | Arctan2 | Hypot if kind == Kind::Complex => err(format!(
+            "{} of complex numbers is not supported",
+            func.name()
+        )),
+        Sign if kind == Kind::Bool => err("numpy sign is not defined for booleans".into()),
+        Sign | Trunc | Fmax | Fmin => sig(promoted, promoted),
+        Arctan2 | Hypot => {
+            // numpy's first float loop both arguments cast to safely: of two arrays, each
+            // one's own float type, promoted (int8 and uint16 give float32, not float64); with
+            // a Python scalar, the float type of their promotion (int8 and 0.5: float64).
+            let d = if value_args.iter().any(|a| matches!(a, Operand::Weak(_))) {
+                promoted.to_float_for_ufunc()
+            } else {
+                let floats: Vec<Operand> = value_args
+                    .iter()
+                    .map(|a| Operand::Strong(a.dtype().to_float_for_ufunc()))
+                    .collect();
+                promote_operands(&floats).dtype()
+            };
+            sig(d, d)
+        }
+        Log1p | Expm1 | Exp2 | Log2 | Log10 | Tan | Arcsin | Arccos | Arctan | Sinh | Cosh
+        | Tanh => {
+            if kind == Kind::Complex {
+                return err(format!(
+                    "{} of complex numbers is not supported",
+                    func.name()
+                ));
+            }
+            let d = promoted.to_float_for_ufunc();
+            sig(d, d)
+        }
         LogicalAnd | LogicalOr | LogicalXor | LogicalNot => sig(DType::Bool, DType::Bool),
         Where | Clip => sig(promoted, promoted),
     }
@@ -320,6 +457,33 @@ mod tests {
                 result: DType::Bool
             }
         );
+    }
+
+    #[test]
+    fn two_argument_float_functions_take_numpy_loops() {
+        // Two arrays: each one's own float type, promoted.
+        let r = resolve(Func::Arctan2, &[s(DType::I8), s(DType::U16)]).unwrap();
+        assert_eq!(r.result, DType::F32);
+        let r = resolve(Func::Hypot, &[s(DType::I32), s(DType::F32)]).unwrap();
+        assert_eq!(r.result, DType::F64);
+        // With a Python float, the float type of the promotion.
+        let r = resolve(
+            Func::Arctan2,
+            &[s(DType::I8), Operand::Weak(WeakKind::Float)],
+        )
+        .unwrap();
+        assert_eq!(r.result, DType::F64);
+        assert!(resolve(Func::Hypot, &[s(DType::C64), s(DType::C64)]).is_err());
+        assert_eq!(
+            resolve(Func::Square, &[s(DType::Bool)]).unwrap().result,
+            DType::I8
+        );
+        assert_eq!(
+            resolve(Func::IsNan, &[s(DType::C64)]).unwrap().result,
+            DType::Bool
+        );
+        assert!(resolve(Func::Sign, &[s(DType::Bool)]).is_err());
+        assert!(resolve(Func::Log1p, &[s(DType::C128)]).is_err());
     }
 
     #[test]

@@ -681,7 +681,7 @@ mod tests {
 
     #[test]
     fn unknown_op_names_its_path() {
-        let v = json!({"ops": [{"id": "y", "op": "transpose", "input": "x"}]});
+        let v = json!({"ops": [{"id": "y", "op": "reshape", "input": "x"}]});
         let e = plan(&v).unwrap_err();
         assert_eq!(e.context.field.as_deref(), Some("ops[0].op"));
     }

@@ -21,12 +21,20 @@ UFUNCS: dict[str, str] = {
         for n in (
             "negative sqrt exp log sin cos floor ceil logical_not add subtract multiply divide "
             "floor_divide remainder power maximum minimum equal not_equal less less_equal "
-            "greater greater_equal logical_and logical_or logical_xor"
+            "greater greater_equal logical_and logical_or logical_xor square sign trunc isnan "
+            "isinf isfinite log1p expm1 exp2 log2 log10 tan arcsin arccos arctan sinh cosh tanh "
+            "arctan2 hypot fmax fmin"
         ).split()
     },
     "absolute": "abs",
     "true_divide": "divide",
 }
+
+#: Functions numpy defines for complex numbers that the engine refuses for them (they run in
+#: Python then).
+COMPLEX_REFUSED = frozenset(
+    "sign log1p expm1 exp2 log2 log10 tan arcsin arccos arctan sinh cosh tanh".split()
+)
 
 #: Reductions the IR runs in one streamed pass.
 REDUCTIONS = frozenset(
@@ -102,6 +110,8 @@ class IrBuilder:
         self, func: str, args: Sequence[Full | Const], shape: tuple[int, ...], dtype: Any
     ) -> Full:
         """`func(*args)` with numpy broadcasting, cast to `dtype` (Cubed's declared dtype)."""
+        if func in COMPLEX_REFUSED and any(np.dtype(a.dtype).kind == "c" for a in args):
+            raise NotNative(f"{func} of complex numbers")
         inputs: list[str] = []
         exprs: list[dict[str, Any]] = []
         for a in args:

@@ -47,6 +47,25 @@ fn inexact(f: Func) -> bool {
     )
 }
 
+/// Functions with no GPU form (a program using one runs on the CPU): not drawn, so most
+/// random programs run on the GPU.
+fn cpu_only(f: Func) -> bool {
+    f.is_float_math()
+        || matches!(
+            f,
+            Func::Square
+                | Func::Sign
+                | Func::Trunc
+                | Func::IsNan
+                | Func::IsInf
+                | Func::IsFinite
+                | Func::Arctan2
+                | Func::Hypot
+                | Func::Fmax
+                | Func::Fmin
+        )
+}
+
 struct Builder<'a> {
     prog: Program,
     leaves: &'a [DType],
@@ -91,7 +110,12 @@ impl Builder<'_> {
         if depth == 0 || self.rng.chance(25) {
             return self.terminal();
         }
-        let (_, func) = Func::ALL[self.rng.below(Func::ALL.len())];
+        let funcs: Vec<Func> = Func::ALL
+            .iter()
+            .map(|(_, f)| *f)
+            .filter(|f| !cpu_only(*f))
+            .collect();
+        let func = funcs[self.rng.below(funcs.len())];
         let args: Vec<usize> = (0..func.arity()).map(|_| self.expr(depth - 1)).collect();
         let typed: Vec<Operand> = args
             .iter()
