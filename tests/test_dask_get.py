@@ -243,6 +243,8 @@ NATIVE_CASES = {
             - np.square(x)
             + da.fmax(x, 0.5)
             + da.isfinite(x)
+            + da.clip(x, 0.2, 0.7)
+            + x.clip(min=0.5)
         ),
         lambda v: (
             np.hypot(v, v - 0.5)
@@ -251,6 +253,8 @@ NATIVE_CASES = {
             - np.square(v)
             + np.fmax(v, 0.5)
             + np.isfinite(v)
+            + np.clip(v, 0.2, 0.7)
+            + v.clip(min=0.5)
         ),
     ),
 }

@@ -230,6 +230,14 @@ class Interpreter(ReductionSteps):
             return self._elementwise(np.not_equal, "not_equal", [args[0], args[0]])
         if func is np.where and len(args) == 3 and not kwargs:
             return self._elementwise(np.where, "where", args)
+        if func is np.clip and len(args) == 3 and not kwargs:
+            # Dask's clip: a missing bound is a one-sided maximum or minimum.
+            x, lo, hi = args
+            if lo is None and hi is not None:
+                return self._elementwise(np.minimum, "minimum", [x, hi])
+            if hi is None and lo is not None:
+                return self._elementwise(np.maximum, "maximum", [x, lo])
+            return self._elementwise(np.clip, "clip", args)
         if func in FILLS:
             return self._filled(func, args, kwargs)
         name = OPERATORS.get(func)
