@@ -135,6 +135,10 @@ def apply(
         if name is None or kw or fn.nin != len(args):
             raise NotNative(f"ufunc {fn.__name__} with {kw or len(args)}")
         return b.elementwise(name, [_as_full(b, a) for a in args], shape, dtype)
+    if fn is nxp.clip and not kw and len(args) in (2, 3):
+        # Cubed's clip: both bounds, or the lower one alone (a maximum).
+        name = "clip" if len(args) == 3 else "maximum"
+        return b.elementwise(name, [_as_full(b, a) for a in args], shape, dtype)
     if fn is nxp.where and not kw and len(args) == 3:
         return b.elementwise("where", [_as_full(b, a) for a in args], shape, dtype)
     if fn is data_type_functions._astype and set(kw) == {"astype_dtype"}:
@@ -193,7 +197,20 @@ def _apply_block_id(b: IrBuilder, inner: Any, args: list[Any], shape: tuple[int,
         return ArgState(kind, base, int(kw["axis"]))
     if fn is ops._assemble_index_chunk and kw.get("func") is None and len(args) == 1:
         return _index(b, args[0], kw, shape)
+    if fn is ops._assemble_index_chunk and kw.get("func") is nxp.flip and len(args) == 1:
+        return _flip(b, args[0], kw, shape)
     raise NotNative(f"block_id function {qualname(fn) or fn!r}")
+
+
+def _flip(b: IrBuilder, streamed: Any, kw: dict[str, Any], shape: tuple[int, ...]) -> Full:
+    """Cubed's `flip`: each output block is its mirror block of the input, flipped; as a
+    whole, the input walked backwards along the flipped axes."""
+    src = streamed.item if isinstance(streamed, Streamed) else None
+    axis = kw.get("axis")
+    if not isinstance(src, Full) or src.shape != tuple(shape) or not isinstance(axis, tuple):
+        raise NotNative("flip of an unknown input")
+    axes = {int(a) % len(shape) for a in axis}
+    return b.slice(src, [[None, None, -1] if d in axes else None for d in range(len(shape))], shape)
 
 
 def _index(b: IrBuilder, streamed: Any, kw: dict[str, Any], shape: tuple[int, ...]) -> Full:
