@@ -83,8 +83,14 @@ class Events(Callback):
             lambda a: np.arctan2(a, a + 1) + np.hypot(a, a) * np.sign(a - 0.5) + np.tanh(a),
         ),
         (
-            lambda x: xp.flip(xp.clip(x, 0.2, 0.7), axis=1) + xp.clip(xp.flip(x), 0.5),
-            lambda a: np.flip(np.clip(a, 0.2, 0.7), axis=1) + np.clip(np.flip(a), 0.5, None),
+            lambda x: (
+                xp.flip(xp.clip(x, 0.2, 0.7), axis=1) + xp.clip(xp.flip(x), 0.5) + xp.round(x * 10)
+            ),
+            lambda a: (
+                np.flip(np.clip(a, 0.2, 0.7), axis=1)
+                + np.clip(np.flip(a), 0.5, None)
+                + np.round(a * 10)
+            ),
         ),
     ],
     ids=[

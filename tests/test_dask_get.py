@@ -217,6 +217,9 @@ def _ufunc_mix(x: Any) -> Any:
         + np.isfinite(x)
         + np.clip(x, 0.2, 0.7)
         + x.clip(min=0.5)
+        + np.round(x * 37.3, 1)
+        - np.round(x * 37.3, -1)
+        + np.round(x * 37.3)
     )
 
 

@@ -104,6 +104,7 @@ UNARY = (
     "isnan",
     "isinf",
     "isfinite",
+    "rint",
     *FLOAT_MATH,
 )
 BINARY = (
@@ -143,7 +144,7 @@ ORDERING = {
     "fmin",
 }
 #: Ops numpy defines for complex numbers that the engine refuses for them.
-COMPLEX_REFUSED = {"sign", *FLOAT_MATH}
+COMPLEX_REFUSED = {"sign", "rint", *FLOAT_MATH}
 #: Ops whose float result is not correctly rounded (libm / SIMD implementations differ).
 TRANSCENDENTAL = {"exp", "log", "sin", "cos", "power", "arctan2", "hypot", *FLOAT_MATH}
 #: Ops whose result jumps for a tiny change of an argument: arguments must be exact.
@@ -151,6 +152,7 @@ DISCONTINUOUS = {
     "floor",
     "ceil",
     "trunc",
+    "rint",
     "sign",
     "isnan",
     "isinf",

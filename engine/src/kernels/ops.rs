@@ -426,6 +426,7 @@ fn unary(func: Func, a: &Reg, out: &mut Reg, n: usize) -> Result<()> {
             Floor => map1(a, o, n, f64::floor),
             Ceil => map1(a, o, n, f64::ceil),
             Trunc => map1(a, o, n, f64::trunc),
+            Rint => map1(a, o, n, f64::round_ties_even),
             Square => map1(a, o, n, |x: f64| x * x),
             Sign => map1(a, o, n, float_sign),
             Log1p => map1(a, o, n, f64::ln_1p),

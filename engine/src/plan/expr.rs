@@ -156,11 +156,13 @@ pub enum Func {
     Fmax,
     /// elementwise min, a NaN passed over when the other value is not NaN
     Fmin,
+    /// round to the nearest integer, halves to even (in float)
+    Rint,
 }
 
 impl Func {
     /// Every function with its plan name.
-    pub const ALL: [(&'static str, Func); 52] = [
+    pub const ALL: [(&'static str, Func); 53] = [
         ("negative", Func::Negative),
         ("abs", Func::Abs),
         ("sqrt", Func::Sqrt),
@@ -213,6 +215,7 @@ impl Func {
         ("hypot", Func::Hypot),
         ("fmax", Func::Fmax),
         ("fmin", Func::Fmin),
+        ("rint", Func::Rint),
     ];
 
     /// Looks a function up by plan name (a few numpy aliases accepted).
@@ -246,7 +249,7 @@ impl Func {
         use Func::*;
         match self {
             Negative | Abs | Sqrt | Exp | Log | Sin | Cos | Floor | Ceil | LogicalNot | Square
-            | Sign | Trunc | IsNan | IsInf | IsFinite => 1,
+            | Sign | Trunc | IsNan | IsInf | IsFinite | Rint => 1,
             f if f.is_float_math() => 1,
             Where | Clip => 3,
             _ => 2,
@@ -418,7 +421,7 @@ pub fn resolve(func: Func, args: &[Typed]) -> Result<Signature> {
             sig(d, d)
         }
         Log1p | Expm1 | Exp2 | Log2 | Log10 | Tan | Arcsin | Arccos | Arctan | Sinh | Cosh
-        | Tanh => {
+        | Tanh | Rint => {
             if kind == Kind::Complex {
                 return err(format!(
                     "{} of complex numbers is not supported",

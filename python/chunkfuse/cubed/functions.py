@@ -135,6 +135,11 @@ def apply(
         if name is None or kw or fn.nin != len(args):
             raise NotNative(f"ufunc {fn.__name__} with {kw or len(args)}")
         return b.elementwise(name, [_as_full(b, a) for a in args], shape, dtype)
+    if fn is nxp.round and not kw and len(args) == 1:
+        x = _as_full(b, args[0])
+        if isinstance(x, Const) or np.dtype(x.dtype).kind != "f":
+            raise NotNative("round of something other than a float array")
+        return b.elementwise("rint", [x], shape, dtype)
     if fn is nxp.clip and not kw and len(args) in (2, 3):
         # Cubed's clip: both bounds, or the lower one alone (a maximum).
         name = "clip" if len(args) == 3 else "maximum"

@@ -23,7 +23,7 @@ UFUNCS: dict[str, str] = {
             "floor_divide remainder power maximum minimum equal not_equal less less_equal "
             "greater greater_equal logical_and logical_or logical_xor square sign trunc isnan "
             "isinf isfinite log1p expm1 exp2 log2 log10 tan arcsin arccos arctan sinh cosh tanh "
-            "arctan2 hypot fmax fmin"
+            "arctan2 hypot fmax fmin rint"
         ).split()
     },
     "absolute": "abs",
@@ -33,7 +33,7 @@ UFUNCS: dict[str, str] = {
 #: Functions numpy defines for complex numbers that the engine refuses for them (they run in
 #: Python then).
 COMPLEX_REFUSED = frozenset(
-    "sign log1p expm1 exp2 log2 log10 tan arcsin arccos arctan sinh cosh tanh".split()
+    "sign rint log1p expm1 exp2 log2 log10 tan arcsin arccos arctan sinh cosh tanh".split()
 )
 
 #: Reductions the IR runs in one streamed pass.

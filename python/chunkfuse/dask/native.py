@@ -230,6 +230,8 @@ class Interpreter(ReductionSteps):
             return self._elementwise(np.not_equal, "not_equal", [args[0], args[0]])
         if func is np.where and len(args) == 3 and not kwargs:
             return self._elementwise(np.where, "where", args)
+        if func is np.round and len(args) == 1 and set(kwargs) <= {"decimals"}:
+            return self._rounded(args[0], int(kwargs.get("decimals", 0)))
         if func is np.clip and len(args) == 3 and not kwargs:
             # Dask's clip: a missing bound is a one-sided maximum or minimum.
             x, lo, hi = args
@@ -455,6 +457,23 @@ class Interpreter(ReductionSteps):
         if not isinstance(x, Blk):
             raise NotNative("getitem of something else")
         return self._select(x, index)
+
+    def _rounded(self, x: Any, decimals: int) -> Blk:
+        """`np.round(x, decimals)` of a float block as numpy computes it: scaled by
+        `10 ** decimals` (divided for negative decimals), rounded half to even, scaled back,
+        each step in the block's dtype."""
+        if not isinstance(x, Blk) or x.full.dtype.kind != "f":
+            raise NotNative("round of something other than floats")
+        if decimals == 0:
+            return self._elementwise(np.rint, "rint", [x])
+        scale = 10.0 ** abs(decimals)
+        there, back = (
+            (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
+        )
+        names = {np.multiply: "multiply", np.true_divide: "divide"}
+        scaled = self._elementwise(there, names[there], [x, scale])
+        rounded = self._elementwise(np.rint, "rint", [scaled])
+        return self._elementwise(back, names[back], [rounded, scale])
 
     def _transposed(self, x: Any, axes: Any) -> Blk:
         """`np.transpose` of a block (Dask's `transpose`, `x.T`, xarray's `transpose`): a

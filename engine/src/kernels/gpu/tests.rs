@@ -63,6 +63,7 @@ fn cpu_only(f: Func) -> bool {
                 | Func::Hypot
                 | Func::Fmax
                 | Func::Fmin
+                | Func::Rint
         )
 }
 
