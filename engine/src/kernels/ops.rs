@@ -148,41 +148,34 @@ fn float_sign(x: f64) -> f64 {
 }
 
 /// Complex division as numpy computes it (Smith's method; dividing by zero gives a complex
-/// infinity or NaN, not always NaN).
-fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
-    let (ar, ai, br, bi) = (x.re, x.im, y.re, y.im);
+/// infinity or NaN, not always NaN), in the precision `T` of the parts: `(ar + i ai) /
+/// (br + i bi)`.
+fn smith_div<T: rustfft::num_traits::Float>(ar: T, ai: T, br: T, bi: T) -> (T, T) {
     if br.abs() >= bi.abs() {
-        if br == 0.0 && bi == 0.0 {
-            return Complex64::new(ar / br.abs(), ai / br.abs());
+        if br == T::zero() && bi == T::zero() {
+            return (ar / br.abs(), ai / br.abs());
         }
         let rat = bi / br;
-        let scl = 1.0 / (br + bi * rat);
-        Complex64::new((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+        let scl = T::one() / (br + bi * rat);
+        ((ar + ai * rat) * scl, (ai - ar * rat) * scl)
     } else {
         let rat = br / bi;
-        let scl = 1.0 / (bi + br * rat);
-        Complex64::new((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+        let scl = T::one() / (bi + br * rat);
+        ((ar * rat + ai) * scl, (ai * rat - ar) * scl)
     }
 }
 
-/// [`complex_div`] of complex64 values, each step in float32 as numpy's complex64 loop takes
+/// [`smith_div`] of complex128 values.
+fn complex_div(x: Complex64, y: Complex64) -> Complex64 {
+    let (re, im) = smith_div(x.re, x.im, y.re, y.im);
+    Complex64::new(re, im)
+}
+
+/// [`smith_div`] of complex64 values, each step in float32 as numpy's complex64 loop takes
 /// it: a tiny divisor's reciprocal overflows there (`1e-45 / 1e-45` is inf + nan j), not in
 /// float64.
 fn complex64_div(x: Complex64, y: Complex64) -> Complex64 {
-    let (ar, ai, br, bi) = (x.re as f32, x.im as f32, y.re as f32, y.im as f32);
-    let (re, im) = if br.abs() >= bi.abs() {
-        if br == 0.0 && bi == 0.0 {
-            (ar / br.abs(), ai / br.abs())
-        } else {
-            let rat = bi / br;
-            let scl = 1.0 / (br + bi * rat);
-            ((ar + ai * rat) * scl, (ai - ar * rat) * scl)
-        }
-    } else {
-        let rat = br / bi;
-        let scl = 1.0 / (bi + br * rat);
-        ((ar * rat + ai) * scl, (ai * rat - ar) * scl)
-    };
+    let (re, im) = smith_div(x.re as f32, x.im as f32, y.re as f32, y.im as f32);
     Complex64::new(re as f64, im as f64)
 }
 

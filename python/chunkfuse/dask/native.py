@@ -467,13 +467,11 @@ class Interpreter(ReductionSteps):
         if decimals == 0:
             return self._elementwise(np.rint, "rint", [x])
         scale = 10.0 ** abs(decimals)
-        there, back = (
-            (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
-        )
-        names = {np.multiply: "multiply", np.true_divide: "divide"}
-        scaled = self._elementwise(there, names[there], [x, scale])
+        up, down = (np.multiply, "multiply"), (np.true_divide, "divide")
+        there, back = (up, down) if decimals > 0 else (down, up)
+        scaled = self._elementwise(*there, [x, scale])
         rounded = self._elementwise(np.rint, "rint", [scaled])
-        return self._elementwise(back, names[back], [rounded, scale])
+        return self._elementwise(*back, [rounded, scale])
 
     def _transposed(self, x: Any, axes: Any) -> Blk:
         """`np.transpose` of a block (Dask's `transpose`, `x.T`, xarray's `transpose`): a
