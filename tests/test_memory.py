@@ -148,6 +148,29 @@ def test_rechunk_bounded(
         np.testing.assert_array_equal(out[t0 : t0 + SLAB], slab_values(t0, t0 + SLAB))
 
 
+def test_rechunk_in_bands_bounded(
+    cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path
+) -> None:
+    """With room for a quarter of the input, not for it all: the input held in four bands
+    in turn (each input chunk decoded through the rows a band needs: 1.5 decodes in all,
+    rather than an intermediate array's write and read), RSS under the budget."""
+    target = tmp_path / "rechunked.zarr"
+    max_mem = 96 * 10**6
+    args = ["rechunk", big_source, target, "--chunks", "50,64,64", "--codec", "zstd:1"]
+    result = cli(*args, "--max-mem", str(max_mem), "--threads", "2", "--json", measure_rss=True)
+    summary = result.json()
+    check_summary(summary)
+    assert summary["stages"] == ["write rechunked (blocks of [1, 1, 1] chunks) (in 4 bands)"]
+    assert summary["decoded_bytes"] == np.prod(SHAPE) * 4 * 3 // 2, summary
+    limit = max_mem + baseline_rss + MARGIN
+    print(report("rechunk in bands", result.peak_rss, limit, baseline_rss))
+    assert result.peak_rss < limit, report("rechunk in bands", result.peak_rss, limit, baseline_rss)
+    out = open_zarr(target)
+    assert tuple(out.chunks) == (50, 64, 64)
+    for t0 in range(0, SHAPE[0], SLAB):
+        np.testing.assert_array_equal(out[t0 : t0 + SLAB], slab_values(t0, t0 + SLAB))
+
+
 def test_rechunk_plan_op_bounded(
     cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path
 ) -> None:

@@ -157,9 +157,15 @@ def kill_midway(cli: Cli, args: list[str], target: Path, at_least: int = 3) -> N
     assert proc.returncode == -signal.SIGKILL, "the job finished before it could be killed"
 
 
-@pytest.mark.parametrize("max_mem", ["256MB", "6MB"], ids=["one-stage", "two-stage"])
+# 256MB: one stage of blocks; 16MB: the source held in two bands (each band's output chunks
+# encoded at once); 6MB: through an intermediate array.
+@pytest.mark.parametrize(
+    ("max_mem", "stage"),
+    [("256MB", "blocks of [1, 16, 16]"), ("16MB", "in 2 bands"), ("6MB", "stage 2 of 2")],
+    ids=["one-stage", "bands", "two-stage"],
+)
 def test_killed_rechunk_leaves_whole_chunks_and_resumes(
-    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path], max_mem: str
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path], max_mem: str, stage: str
 ) -> None:
     a, src = source
     target = tmp_path / "dst.zarr"
@@ -189,6 +195,7 @@ def test_killed_rechunk_leaves_whole_chunks_and_resumes(
     before = {p: p.stat().st_mtime_ns for p in written}
 
     summary = cli(*args, "--json").json()
+    assert any(stage in s for s in summary["stages"]), summary["stages"]
     resumed = [s for s in summary["stages"] if "resumed" in s]
     assert resumed, summary["stages"]
     # Chunks written before the kill were kept, not rewritten.
@@ -238,6 +245,28 @@ def test_a_different_job_on_the_same_target_starts_over(
     out = zarr.open_array(str(target), mode="r")
     assert tuple(out.chunks) == (32, 32, 32)
     np.testing.assert_array_equal(out[...], a)
+
+
+@pytest.mark.parametrize(("codec", "banded"), [("zstd:3", True), ("zstd:1", True), ("none", False)])
+def test_rechunk_in_bands_encodes_each_chunk_at_once(
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path], codec: str, banded: bool
+) -> None:
+    """Output chunks that each gather a slice of every input chunk, with room neither for
+    them all nor for zstd streams: rather than through an intermediate array, the source is
+    held in memory in two bands (each input chunk decoded through the first band's rows,
+    then whole for the second: 1.5 decodes) and each output chunk encoded at once. Values
+    stored as they are stream (each input chunk decoded once, nothing to encode)."""
+    a, src = source
+    target = tmp_path / "dst.zarr"
+    args = ["rechunk", str(src), str(target), "--chunks", "64,64,64", "--max-mem", "24MB"]
+    summary = cli(*args, "--codec", codec, "--threads", "2", "--json").json()
+    stages = summary["stages"]
+    assert len(stages) == 1, stages
+    assert ("in 2 bands" if banded else "streamed") in stages[0], stages
+    assert summary["decoded_bytes"] == (a.nbytes * 3 // 2 if banded else a.nbytes), summary
+    np.testing.assert_array_equal(read_zarr(target), a)
+    assert tuple(zarr.open_array(str(target), mode="r").chunks) == (64, 64, 64)
+    assert_no_partial_files(target)
 
 
 def test_killed_streamed_rechunk_leaves_whole_chunks_and_resumes(

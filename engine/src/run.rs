@@ -299,7 +299,7 @@ fn banded_stage(
 /// Runs a compute stage band by band: loads each group's band, runs the group's blocks
 /// (reading the band), lets the band go. `stage` is the compute stage's value, output
 /// material, blocks and label. With `resumed`, blocks whose output chunks exist already are
-/// skipped.
+/// skipped; returns how many tasks were skipped so, of how many.
 fn run_in_bands(
     engine: &Engine,
     stage: (&Fused, usize, &[u64], &str),
@@ -308,11 +308,12 @@ fn run_in_bands(
     batch_limit: u64,
     workers: usize,
     resumed: bool,
-) -> Result<()> {
+) -> Result<(usize, usize)> {
     let (input, out, block, label) = stage;
     let kernel = device_kernel(&engine.placement, input)?;
     let input = Arc::new(input.clone());
-    let group_tasks = |blocks: &[Vec<u64>]| -> Result<Vec<crate::exec::Task>> {
+    // A group's tasks left to run, with how many were skipped as done, of how many.
+    let group_tasks = |blocks: &[Vec<u64>]| -> Result<(Vec<crate::exec::Task>, usize, usize)> {
         let mut tasks = compute::tasks_for_blocks(
             input.clone(),
             arrays.clone(),
@@ -324,17 +325,25 @@ fn run_in_bands(
             workers,
             kernel.clone(),
         )?;
-        if resumed {
-            skip_done(&mut tasks, &arrays[out])?;
-        }
-        Ok(tasks)
+        let planned = tasks.len();
+        let skipped = match resumed {
+            true => skip_done(&mut tasks, &arrays[out])?,
+            false => 0,
+        };
+        Ok((tasks, skipped, planned))
     };
+    let (mut done, mut total) = (0, 0);
     // One band's memory serves the next.
     let mut spare: Option<Vec<u8>> = None;
     for group in groups {
         // A resumed run loads no band whose blocks are all written.
-        if resumed && group_tasks(&group.blocks)?.is_empty() {
-            continue;
+        if resumed {
+            let (left, skipped, planned) = group_tasks(&group.blocks)?;
+            if left.is_empty() {
+                done += skipped;
+                total += planned;
+                continue;
+            }
         }
         let (load, band) = resident::band_task(
             arrays[group.mat].clone(),
@@ -345,12 +354,14 @@ fn run_in_bands(
         engine.progress.add_tasks(1);
         engine.scheduler.run(vec![load])?;
         // Planned once the band is held, the blocks read it instead of its chunks.
-        let tasks = group_tasks(&group.blocks)?;
+        let (tasks, skipped, planned) = group_tasks(&group.blocks)?;
+        done += skipped;
+        total += planned;
         engine.progress.add_tasks(tasks.len() as u64);
         engine.scheduler.run(tasks)?;
         spare = band.release();
     }
-    Ok(())
+    Ok((done, total))
 }
 
 /// Drops the tasks whose output chunks all exist already and tells the others which of theirs
@@ -651,13 +662,13 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                     label,
                 },
             ) => {
-                stage_names.push(format!(
+                let mut name = format!(
                     "{} (in {} band{})",
                     compute_stage_name(label, block),
                     groups.len(),
                     if groups.len() == 1 { "" } else { "s" }
-                ));
-                run_in_bands(
+                );
+                let ran = run_in_bands(
                     &engine,
                     (input, *out, block, label),
                     &arrays,
@@ -665,7 +676,12 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                     batch_limit,
                     workers,
                     resumed_out.is_some(),
-                )
+                );
+                if let (Ok((done, total)), Some(_)) = (&ran, resumed_out) {
+                    name = format!("{name} (resumed: {done} of {total} tasks were done)");
+                }
+                stage_names.push(name);
+                ran.map(|_| ())
             }
             _ => {
                 let tasks_of = || {

@@ -1,5 +1,5 @@
 //! Which band of an FFT's input each block of a compute stage reads (see
-//! [`FftBand`](crate::optimize::fuse::FftBand)).
+//! [`LeafBand`](crate::optimize::fuse::LeafBand)).
 //!
 //! A transform along an axis its input splits finely needs, for every output block, a slab
 //! of many input chunks; blocks side by side need the same chunks again. Rather than each
@@ -58,7 +58,7 @@ impl BlockBoxes {
             .leaves
             .iter()
             .enumerate()
-            .find_map(|(i, l)| l.fft.as_ref().and_then(|f| f.band).map(|b| (i, b)))
+            .find_map(|(i, l)| l.band.map(|b| (i, b)))
         else {
             return Ok(None);
         };

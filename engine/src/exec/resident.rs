@@ -190,7 +190,7 @@ impl Processor for LoadProcessor {
 }
 
 /// A band of one array held in memory for a stage's FFT tasks (see
-/// [`FftBand`](crate::optimize::fuse::FftBand)); dropping this releases it and its budget.
+/// [`LeafBand`](crate::optimize::fuse::LeafBand)); dropping this releases it and its budget.
 pub struct SharedBand {
     arr: Arc<ZarrArray>,
     held: Arc<Mutex<Vec<Reservation>>>,

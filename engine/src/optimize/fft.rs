@@ -4,13 +4,13 @@
 //! memory band by band while its consumers run, or a bounded-memory rechunk of the input into
 //! an intermediate first.
 
-use super::fuse::{FftBand, Fused, LeafFft};
+use super::bands::{cheapest_bands, SPILL_COST};
+use super::fuse::{Fused, LeafBand, LeafFft};
 use super::stages::{self, Material, MaterialOrigin, PlanOptions, Stage};
 use crate::array::{ChunkGrid, DType, Region};
 use crate::error::{Error, Result};
 use crate::kernels::fft::FftStep;
 use crate::plan::fft::FftSpec;
-use crate::zarr::ZarrArray;
 
 /// The region of the FFT's input that output region `out` needs: the same ranges on the
 /// other axes, the whole used extent on transformed axes.
@@ -59,86 +59,6 @@ fn read_amplification(input: &ChunkGrid, out_chunks: &[u64], transformed: &[usiz
         .filter(|d| !transformed.contains(d))
         .map(|d| in_chunks[d].div_ceil(out_chunks[d].max(1)).max(1))
         .product()
-}
-
-/// What a spilled copy costs on top of decoding the input once, in decodes of the input:
-/// writing the values raw into the work directory, the copies between chunk layouts, and
-/// reading them back. Measured on the ERA5 power spectrum (zstd-3 source, 2 cores): the copy
-/// stage took 1.25 s against 0.45 s to decode its chunks, and the transform read the copy
-/// back in about 0.1 s more, so the copy costs about two decodes.
-const SPILL_COST: f64 = 2.0;
-
-/// Bands of the FFT's input (material `arr`, a source) that fit `limit` bytes, aligned to the
-/// consumers' regions `out_chunks`, along the non-transformed axis where they cost least,
-/// with that cost in decodes of the whole input (each band decodes the chunks it overlaps,
-/// only as far as the band reaches in them where the codec allows). `None` when no band fits.
-fn cheapest_bands(
-    arr: &ZarrArray,
-    read: &Region,
-    axes: &[usize],
-    out_chunks: &[u64],
-    limit: u64,
-) -> Option<(FftBand, f64)> {
-    let itemsize = arr.dtype().size() as u64;
-    let grid = arr.grid();
-    (0..read.rank())
-        .filter(|d| !axes.contains(d) && read.shape[*d] > 0)
-        .filter_map(|d| {
-            let slab = read.len() / read.shape[d] * itemsize;
-            let unit = out_chunks[d].clamp(1, read.shape[d]);
-            let units = read.shape[d].div_ceil(unit);
-            let per_band = (limit / (slab * unit).max(1)).min(units);
-            if per_band == 0 {
-                return None;
-            }
-            // As few bands as fit, of even length.
-            let bands = units.div_ceil(per_band);
-            let max_len = units.div_ceil(bands) * unit;
-            let band = FftBand { axis: d, max_len };
-            Some((band, band_cost(arr, grid, read, band)))
-        })
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-}
-
-/// Decodes of the whole of `read` that loading it band by band costs.
-fn band_cost(arr: &ZarrArray, grid: &ChunkGrid, read: &Region, band: FftBand) -> f64 {
-    let d = band.axis;
-    // One chunk per position along the band axis stands for all: the bands span every other
-    // axis whole.
-    let mut probe: Vec<u64> = grid
-        .chunks_overlapping(read)
-        .first()
-        .cloned()
-        .unwrap_or_default();
-    if probe.len() != read.rank() {
-        return f64::INFINITY;
-    }
-    let axis = &grid.axes()[d];
-    let chunks = axis.overlapping(read.start[d], read.shape[d]);
-    let whole: u64 = chunks.clone().map(|i| axis.chunk(i).1).sum();
-    let mut decoded = 0u64;
-    let mut lo = read.start[d];
-    while lo < read.end(d) {
-        let hi = (lo + band.max_len).min(read.end(d));
-        for i in axis.overlapping(lo, hi - lo) {
-            probe[d] = i as u64;
-            let region = grid.chunk_region(&probe);
-            let (cs, cn) = axis.chunk(i);
-            let part_lo = lo.max(cs);
-            let part_hi = hi.min(cs + cn);
-            decoded += if arr.prefix_decodable(&probe) {
-                let mut part = region.clone();
-                part.start[d] = part_lo;
-                part.shape[d] = part_hi - part_lo;
-                // Decoded fraction of the chunk, scaled to its length along the axis.
-                region.c_prefix_len(&part) * cn / region.len().max(1)
-            } else {
-                cn
-            };
-        }
-        lo = hi;
-    }
-    decoded as f64 / whole.max(1) as f64
 }
 
 /// Chunks of the rechunked copy an FFT reads: the FFT's own chunks on the other axes; along
@@ -257,7 +177,7 @@ fn bands_if_cheaper(
     out_shape: &[u64],
     out_dtype: DType,
     opts: PlanOptions,
-) -> Option<FftBand> {
+) -> Option<LeafBand> {
     let MaterialOrigin::Source(arr) = &mat.origin else {
         return None;
     };
@@ -297,7 +217,7 @@ fn bands_if_cheaper(
 /// consumed, region by region of a grid whose transformed axes are whole and whose other
 /// axes fit the budget. Its input is read straight from a material when that costs one read
 /// per chunk. When tasks would re-read the same chunks, the cheaper of two ways is taken:
-/// holding a source in memory band by band (each band decoded once; see [`FftBand`]), or
+/// holding a source in memory band by band (each band decoded once; see [`LeafBand`]), or
 /// copying the input, bounded, into an intermediate chunked for the transform (always for a
 /// fused expression). Bands are considered only with `may_band`: the transform's consumers
 /// run as one compute stage, which can run band by band.
@@ -374,16 +294,17 @@ pub fn plan_fft(
         }
     };
     let grid = ChunkGrid::regular(out_shape, &chunks)?;
-    Ok(Fused::fft(
+    let mut fused = Fused::fft(
         mat,
         LeafFft {
             steps: spec.steps.clone(),
             norm: spec.norm,
             compute: spec.compute,
             shape: out_shape.to_vec(),
-            band: banded,
         },
         out_dtype,
         grid,
-    ))
+    );
+    fused.leaves[0].band = banded;
+    Ok(fused)
 }

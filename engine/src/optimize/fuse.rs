@@ -25,16 +25,15 @@ pub struct LeafFft {
     pub compute: DType,
     /// Shape of the transformed values.
     pub shape: Vec<u64>,
-    /// When set, the stages that consume the transform hold its input in memory band by
-    /// band (each band decoded once) instead of every task reading the chunks it needs.
-    pub band: Option<FftBand>,
 }
 
-/// Bands of an FFT's input held in memory in turn: slabs along `axis` (whole along every other
-/// axis) of at most `max_len` values along it. Tasks whose regions need the same input chunks
-/// then read them from the band instead of each decoding them again.
+/// Bands of a leaf's material held in memory in turn: slabs along `axis` (whole along every
+/// other axis) of at most `max_len` values along it. Tasks whose regions need the same input
+/// chunks (an FFT along an axis the material splits finely, a rechunk whose output chunks each
+/// gather a slice of many input chunks) then read them from the band instead of each decoding
+/// them again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FftBand {
+pub struct LeafBand {
     /// The axis of the material the bands split (never a transformed axis).
     pub axis: usize,
     /// The most values along `axis` one band holds.
@@ -108,6 +107,10 @@ pub struct Leaf {
     pub fft: Option<Arc<LeafFft>>,
     /// When set, the leaf's values are these materials joined (never with `fft`).
     pub concat: Option<Arc<LeafConcat>>,
+    /// When set, the stages that consume the leaf hold its material in memory band by band
+    /// (each band decoded once) instead of every task reading the chunks it needs (never with
+    /// `concat`).
+    pub band: Option<LeafBand>,
 }
 
 impl Leaf {
@@ -185,6 +188,7 @@ impl Fused {
                 dtype,
                 fft,
                 concat: None,
+                band: None,
             }],
             shape,
             grid,
@@ -217,6 +221,7 @@ impl Fused {
                     dtype: l.dtype,
                     fft: l.fft.clone(),
                     concat: l.concat.clone(),
+                    band: l.band,
                 })
                 .collect(),
             shape,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::fuse::{self, ConcatPart, Fused, LeafConcat, MatId};
-use super::rechunk;
+use super::{bands, rechunk};
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
 use crate::plan::graph::{Graph, NodeKind, TExpr, View, ViewAxis};
@@ -664,7 +664,7 @@ const MAX_STREAM_PASSES: u64 = 1;
 /// cost about 10% more time than 64).
 const MAX_STREAM_BATCHES: u64 = 4;
 
-/// The group shape, per-stream bytes and batch bytes of a stream copy of `src` into target
+/// The group shape, per-stream bytes, batch bytes and codec of a stream copy of `src` into target
 /// `out`, when
 /// `src` is a plain copy of one array whose chunks hold whole output chunks along every axis
 /// but the first, the target is unsharded Zarr v3 in a store that writes values in parts
@@ -676,7 +676,7 @@ fn stream_plan(
     out: MatId,
     batch: u64,
     limit: u64,
-) -> Option<(Vec<u64>, u64, u64)> {
+) -> Option<(Vec<u64>, u64, u64, Codec)> {
     use crate::exec::ops::stream_copy;
     let mat = &materials[out];
     let MaterialOrigin::Target { url, spec } = &mat.origin else {
@@ -704,9 +704,9 @@ fn stream_plan(
         return None;
     }
     let chunk_bytes = mat.grid.chunk_shape().iter().product::<u64>() * mat.dtype.size() as u64;
-    let stream_bytes = match codec {
+    let stream_bytes = match &codec {
         Codec::None => 0,
-        Codec::Zstd { level } => crate::zarr::stream::zstd_stream_bytes(level, chunk_bytes)?,
+        Codec::Zstd { level } => crate::zarr::stream::zstd_stream_bytes(*level, chunk_bytes)?,
         _ => return None,
     };
     // A batch holds at least one input chunk along the first axis across the group: at most
@@ -735,7 +735,43 @@ fn stream_plan(
         0,
     ));
     let batch_bytes = (room / 3).clamp(batch, MAX_STREAM_BATCHES * batch);
-    Some((group, stream_bytes, batch_bytes))
+    Some((group, stream_bytes, batch_bytes, codec))
+}
+
+/// `src`, a plain copy of a source, read from the source held in memory band by band (see
+/// [`LeafBand`](fuse::LeafBand)) when the bands fit the budget and cost less than the other
+/// way to copy it: a stream copy encoding with `stream` (see [`bands::most_band_cost`]: the
+/// source's first chunk tells how compressible its values are), or else an intermediate
+/// array.
+fn banded_copy(
+    materials: &[Material],
+    src: &Fused,
+    out: MatId,
+    stream: Option<&Codec>,
+    opts: PlanOptions,
+) -> Option<Fused> {
+    let mat = src.plain_material()?;
+    let leaf = src.plain_leaf(materials[out].dtype)?;
+    let MaterialOrigin::Source(arr) = &materials[mat].origin else {
+        return None;
+    };
+    let compression = stream.and_then(|_| arr.sampled_compression());
+    let most = bands::most_band_cost(stream, compression)?;
+    let bytes_of =
+        |m: &Material| m.grid.chunk_shape().iter().product::<u64>() * m.dtype.size() as u64;
+    // A task holds its output chunk's values and the chunk encoded; loading a band holds two
+    // batches of reads, read and decoded.
+    let task = 3 * bytes_of(&materials[out]);
+    let loading = 4 * opts.batch_bytes.max(bytes_of(&materials[mat]));
+    let beside = loading.max(opts.threads.max(1) as u64 * task);
+    let out_chunks = materials[out].grid.chunk_shape();
+    let (band, cost) = bands::copy_bands(arr, &out_chunks, beside, opts.budget)?;
+    if cost > most {
+        return None;
+    }
+    let mut banded = src.clone();
+    banded.leaves[leaf].band = Some(band);
+    Some(banded)
 }
 
 /// Plans the stages that copy (and compute) `src` into material `out`: one stage of blocks
@@ -793,11 +829,20 @@ pub(crate) fn plan_copy(
         });
         return Ok(());
     }
-    // Output chunks that each gather rows of many input chunks: encoded as streams, each
-    // input chunk decoded once, no intermediate.
-    if let Some((group, stream_bytes, batch_bytes)) =
-        stream_plan(materials, &src, out, batch, limit)
-    {
+    // Output chunks that each gather rows of many input chunks: encoded as streams (each
+    // input chunk decoded once, no intermediate), or at once from the source held in memory
+    // band by band, whichever costs less.
+    let stream = stream_plan(materials, &src, out, batch, limit);
+    if let Some(banded) = banded_copy(materials, &src, out, stream.as_ref().map(|s| &s.3), opts) {
+        stages.push(Stage::Compute {
+            input: banded,
+            out,
+            block: ones,
+            label,
+        });
+        return Ok(());
+    }
+    if let Some((group, stream_bytes, batch_bytes, _)) = stream {
         stages.push(Stage::Stream {
             input: src,
             out,

@@ -785,6 +785,15 @@ impl ZarrArray {
         Ok(out)
     }
 
+    /// How many times smaller than its values the array's first chunk is stored: a sample of
+    /// how compressible the values are. `None` when that chunk is not stored (or is empty).
+    pub fn sampled_compression(&self) -> Option<f64> {
+        let first = vec![0; self.grid.rank()];
+        let stored = self.store.size_of(&self.chunk_key(&first)).ok()??;
+        let values = self.grid.chunk_region(&first).len() * self.dtype.size() as u64;
+        (stored > 0).then(|| values as f64 / stored as f64)
+    }
+
     /// Decodes chunk `idx` from its stored bytes (the fill value for `None`) at least through
     /// its first `prefix` bytes in C order: only those when the codec can stop there and that
     /// saves a tenth of the decode or more, else the whole chunk.

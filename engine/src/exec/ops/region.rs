@@ -73,10 +73,13 @@ pub struct LeafRead {
     pub resident: Option<Arc<Buffer>>,
     /// Element offset of the box's origin in `resident`.
     pub offset: usize,
-    /// For an FFT leaf, the band of its material held in memory that contains `read_box`
+    /// For a leaf read in bands, the band of its material held in memory that contains `read_box`
     /// (its region and values), or for a leaf reading a shared material backwards, that
     /// whole material: the box is copied from it, nothing is read.
     pub band: Option<(Region, Arc<Buffer>)>,
+    /// Whether the stage holds the leaf's material in memory band by band (see
+    /// [`LeafBand`](crate::optimize::fuse::LeafBand)).
+    pub in_bands: bool,
     /// Axes of `bbox` the leaf's view walks backwards: its buffer is reversed along them
     /// once assembled (and transformed), so `strides` step forwards through it.
     pub reversed: Vec<usize>,
@@ -174,8 +177,7 @@ impl RegionRead {
                     whole => (whole, None),
                 };
                 let band = leaf
-                    .fft
-                    .as_ref()
+                    .band
                     .and_then(|_| arr.resident_band())
                     .or(whole_band)
                     .filter(|(r, _)| r.contains(&read_box));
@@ -221,6 +223,7 @@ impl RegionRead {
                     resident,
                     offset,
                     band,
+                    in_bands: leaf.band.is_some(),
                     reversed,
                 }
             })
@@ -231,12 +234,12 @@ impl RegionRead {
         }
     }
 
-    /// These reads as they stand once the bands of the FFT leaves read in bands are held:
+    /// These reads as they stand once the bands of the leaves read in bands are held:
     /// those leaves read no chunks. For sizing tasks only (such a read of a leaf whose band
     /// is not held would see zeros).
     pub fn assuming_bands_held(mut self) -> Self {
         for l in &mut self.leaves {
-            if l.fft.as_ref().is_some_and(|f| f.band.is_some()) {
+            if l.in_bands {
                 l.chunks.clear();
             }
         }
@@ -459,6 +462,7 @@ impl Assembler {
     pub fn keeping_chunks(mut self, arrays: &[Arc<ZarrArray>]) -> Self {
         let single = self.read.leaves.len() == 1
             && self.read.leaves[0].fft.is_none()
+            && !self.read.leaves[0].in_bands
             && self.read.leaves[0].direct(arrays);
         if single {
             self.kept = Some(Vec::new());
