@@ -329,6 +329,115 @@ fn plan<T: Precision>(n: usize, inverse: bool) -> Arc<dyn Fft<T>> {
         .clone()
 }
 
+/// Where a real forward transform reads its lanes: lane `i` (of `inner`) of outer index `o`
+/// starts at `origin + o * outer + (i / row) * row_stride + i % row` and its values lie
+/// `along` apart. A C-order block is one row of `inner` lanes; a box inside a larger buffer
+/// (a band of a material held in memory) has rows of its last axis, `row_stride` apart.
+#[derive(Debug, Clone, Copy)]
+struct InputLanes {
+    origin: usize,
+    outer: usize,
+    along: usize,
+    row: usize,
+    row_stride: usize,
+}
+
+impl InputLanes {
+    fn contiguous(lanes: &Lanes) -> InputLanes {
+        InputLanes {
+            origin: 0,
+            outer: lanes.len * lanes.inner,
+            along: lanes.inner,
+            row: lanes.inner.max(1),
+            row_stride: 0,
+        }
+    }
+
+    /// The offset of lane `i`'s first value.
+    fn base(&self, o: usize, i: usize) -> usize {
+        self.origin + o * self.outer + (i / self.row) * self.row_stride + i % self.row
+    }
+}
+
+/// The real forward transform `step` (normalised by `norm`) of the box of `shape` whose
+/// element at index `x` is `values[origin + Σ x[d] * strides[d]]`: a box inside a larger
+/// buffer, read where it lies rather than copied out first. `None` where the kernel cannot
+/// read the box so (then copy it out and call [`transform`]): another kind of step, more than
+/// one axis before the transformed one or more than two after it, a last axis that is not
+/// contiguous, rows of the last axis apart in the buffer that do not hold whole groups of
+/// lanes, lengths computed directly across lanes, or a box reaching past the buffer.
+pub fn rfft_of_box(
+    values: &Buffer,
+    origin: usize,
+    strides: &[usize],
+    shape: &[usize],
+    step: FftStep,
+    norm: FftNorm,
+) -> Result<Option<Block>> {
+    let rank = shape.len();
+    let axis = step.axis;
+    let after = rank.saturating_sub(axis + 1);
+    if step.kind != FftStepKind::RealForward
+        || strides.len() != rank
+        || axis >= rank
+        || axis > 1
+        || !(1..=2).contains(&after)
+        || strides[rank - 1] != 1
+        || step.n == 0
+        || shape.contains(&0)
+    {
+        return Ok(None);
+    }
+    let last_offset: Option<usize> = shape.iter().zip(strides).try_fold(origin, |acc, (&n, &s)| {
+        acc.checked_add((n - 1).checked_mul(s)?)
+    });
+    if last_offset.is_none_or(|end| end >= values.len()) {
+        return Ok(None);
+    }
+    let lanes = Lanes::new(shape, axis, step.kind.out_len(step.n));
+    // Rows that follow one another are one row of every lane.
+    let rows = after == 2 && strides[rank - 2] != shape[rank - 1];
+    let row = if rows { shape[rank - 1] } else { lanes.inner };
+    if (rows && !row.is_multiple_of(GROUP)) || rdft::split_for(step.n, lanes.inner).is_some() {
+        return Ok(None);
+    }
+    let addr = InputLanes {
+        origin,
+        outer: if axis == 1 { strides[0] } else { 0 },
+        along: strides[axis],
+        row,
+        row_stride: if rows { strides[rank - 2] } else { 0 },
+    };
+    let scale = norm.scale(step.n, false);
+    let out = match values.dtype() {
+        DType::F32 => r2c_of_box::<f32>(values, &lanes, addr, step.n, scale as f32)?,
+        DType::F64 => r2c_of_box::<f64>(values, &lanes, addr, step.n, scale)?,
+        _ => return Ok(None),
+    };
+    let mut shape = shape.to_vec();
+    shape[axis] = lanes.out_len;
+    Ok(Some(Block { values: out, shape }))
+}
+
+fn r2c_of_box<T: Precision>(
+    values: &Buffer,
+    lanes: &Lanes,
+    addr: InputLanes,
+    n: usize,
+    scale: T,
+) -> Result<Buffer> {
+    let mut out = Buffer::for_overwrite(T::COMPLEX, lanes.out_elements());
+    r2c_packed(
+        T::real(values)?,
+        lanes,
+        addr,
+        n,
+        scale,
+        T::complex_mut(&mut out)?,
+    );
+    Ok(out)
+}
+
 /// The lanes of a block along one axis: `outer` × `inner` lanes of `len` values, `inner`
 /// apart, and the output's lane length.
 #[derive(Debug, Clone, Copy)]
@@ -497,6 +606,18 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
     if let Some(split) = rdft::split_for(n, lanes.inner) {
         return rdft::r2c_lanes(input, lanes, n, split, scale, out);
     }
+    r2c_packed(input, lanes, InputLanes::contiguous(lanes), n, scale, out)
+}
+
+/// [`r2c`] by packed complex transforms (rustfft), reading lanes where `addr` says.
+fn r2c_packed<T: Precision>(
+    input: &[T],
+    lanes: &Lanes,
+    addr: InputLanes,
+    n: usize,
+    scale: T,
+    out: &mut [Complex<T>],
+) {
     let fft = plan::<T>(n, false);
     let shared = SharedOut(out.as_mut_ptr());
     let used = lanes.len.min(n);
@@ -526,8 +647,8 @@ fn r2c<T: Precision>(input: &[T], lanes: &Lanes, n: usize, scale: T, out: &mut [
             let pairs = (groups - 1) * (GROUP / 2) + in_group(groups - 1).div_ceil(2);
             let work = &mut work[..pairs * n];
             let group = |b: usize| pack::GroupLanes {
-                base: o * lanes.len * inner + i0 + b * GROUP,
-                inner,
+                base: addr.base(o, i0 + b * GROUP),
+                inner: addr.along,
                 used,
                 lanes: in_group(b),
                 n,
@@ -769,6 +890,116 @@ mod tests {
         let dc = out.values.as_slice::<[f32; 2]>().unwrap()[0];
         let sum: f32 = vals.iter().sum();
         assert!((dc[0] - sum).abs() < 1e-3 && dc[1].abs() < 1e-3);
+    }
+
+    /// The box of `shape` at `start` of a C-order array of `outer_shape`, copied out.
+    fn copy_box(
+        values: &[f32],
+        outer_shape: &[usize],
+        start: &[usize],
+        shape: &[usize],
+    ) -> Vec<f32> {
+        let strides = c_strides(outer_shape);
+        let mut out = Vec::new();
+        let total: usize = shape.iter().product();
+        for flat in 0..total {
+            let mut rest = flat;
+            let mut at = 0;
+            for d in (0..shape.len()).rev() {
+                at += (start[d] + rest % shape[d]) * strides[d];
+                rest /= shape[d];
+            }
+            out.push(values[at]);
+        }
+        out
+    }
+
+    fn c_strides(shape: &[usize]) -> Vec<usize> {
+        let mut strides = vec![1; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        strides
+    }
+
+    #[test]
+    fn rfft_of_a_box_read_in_place_equals_the_box_copied_out() {
+        // (array shape, box start, box shape, axis, n): rows of whole groups of lanes after
+        // the axis, or one contiguous inner axis, with or without an axis before it.
+        type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], usize, usize);
+        let cases: [Case; 5] = [
+            (&[12, 7, 40], &[0, 2, 8], &[12, 3, 32], 0, 12),
+            (&[12, 7, 20], &[0, 2, 0], &[12, 3, 20], 0, 12),
+            (&[9, 5, 64], &[0, 1, 16], &[9, 4, 16], 0, 16),
+            (&[4, 20, 48], &[1, 0, 0], &[3, 20, 48], 1, 25),
+            (&[10, 33], &[0, 5], &[10, 20], 0, 8),
+        ];
+        for (outer_shape, start, shape, axis, n) in cases {
+            let total: usize = outer_shape.iter().product();
+            let vals: Vec<f32> = (0..total).map(|i| ((i * 37 % 101) as f32).sin()).collect();
+            let buf = Buffer::from_bytes(DType::F32, bytemuck::cast_slice(&vals).to_vec()).unwrap();
+            let strides = c_strides(outer_shape);
+            let origin: usize = start.iter().zip(&strides).map(|(a, s)| a * s).sum();
+            let step = FftStep {
+                axis,
+                kind: FftStepKind::RealForward,
+                n,
+            };
+            let got = rfft_of_box(&buf, origin, &strides, shape, step, FftNorm::Ortho)
+                .unwrap()
+                .expect("a box the kernel reads in place");
+            let copied = copy_box(&vals, outer_shape, start, shape);
+            let block = Block {
+                values: Buffer::from_bytes(DType::F32, bytemuck::cast_slice(&copied).to_vec())
+                    .unwrap(),
+                shape: shape.to_vec(),
+            };
+            let want = transform(block, &[step], FftNorm::Ortho).unwrap();
+            assert_eq!(got.shape, want.shape);
+            assert_eq!(
+                got.values.bytes(),
+                want.values.bytes(),
+                "{outer_shape:?} {start:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn boxes_the_kernel_cannot_read_in_place_are_left_to_the_copy() {
+        let vals = vec![0f32; 4 * 8 * 40];
+        let buf = Buffer::from_bytes(DType::F32, bytemuck::cast_slice(&vals).to_vec()).unwrap();
+        let strides = [320, 40, 1];
+        let rfft = |axis| FftStep {
+            axis,
+            kind: FftStepKind::RealForward,
+            n: 4,
+        };
+        let norm = FftNorm::Backward;
+        // Rows of 20 lanes split groups of 16; a box past the buffer; a complex step.
+        assert!(rfft_of_box(&buf, 0, &strides, &[4, 8, 20], rfft(0), norm)
+            .unwrap()
+            .is_none());
+        assert!(rfft_of_box(&buf, 30, &strides, &[4, 8, 16], rfft(0), norm)
+            .unwrap()
+            .is_none());
+        let fft = FftStep {
+            kind: FftStepKind::Forward,
+            ..rfft(0)
+        };
+        assert!(rfft_of_box(&buf, 0, &strides, &[4, 8, 16], fft, norm)
+            .unwrap()
+            .is_none());
+        // The last axis transformed, or not contiguous.
+        assert!(
+            rfft_of_box(&buf, 0, &[320, 40, 1], &[4, 8, 16], rfft(2), norm)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            rfft_of_box(&buf, 0, &[320, 1, 8], &[4, 8, 16], rfft(0), norm)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::array::grid::c_strides;
 use crate::array::{Buffer, Region};
 use crate::error::Result;
 use crate::exec::task::{ReadOp, TaskContext};
-use crate::kernels::fft::{transform, Block};
+use crate::kernels::fft::{rfft_of_box, transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
 use crate::optimize::fft::input_region;
 use crate::optimize::fuse::{Fused, LeafConcat, LeafFft};
@@ -362,9 +362,36 @@ fn transform_leaf(values: Buffer, lr: &LeafRead, fft: &LeafFft) -> Result<Buffer
         cast
     };
     let out = transform(Block { values, shape }, &fft.steps, fft.norm)?;
+    Ok(cut_to_leaf(out, lr, fft))
+}
+
+/// The transform of FFT leaf `lr` computed from its material's band `(region, values)` where
+/// the band holds it, without copying the read box out first; `None` where the kernel cannot
+/// read the box in place (see [`rfft_of_box`]), or the values need a cast first.
+fn transform_in_band(
+    band: &(Region, Arc<Buffer>),
+    lr: &LeafRead,
+    fft: &LeafFft,
+) -> Result<Option<Buffer>> {
+    let (region, values) = band;
+    let ([step], true) = (fft.steps.as_slice(), values.dtype() == fft.compute) else {
+        return Ok(None);
+    };
+    let strides = c_strides(&region.shape);
+    let origin: u64 = (0..region.rank())
+        .map(|d| (lr.read_box.start[d] - region.start[d]) * strides[d])
+        .sum();
+    let strides: Vec<usize> = strides.iter().map(|&s| s as usize).collect();
+    let shape: Vec<usize> = lr.read_box.shape.iter().map(|&n| n as usize).collect();
+    let out = rfft_of_box(values, origin as usize, &strides, &shape, *step, fft.norm)?;
+    Ok(out.map(|block| cut_to_leaf(block, lr, fft)))
+}
+
+/// The transformed block `out` of FFT leaf `lr` cut to the leaf's box.
+fn cut_to_leaf(out: Block, lr: &LeafRead, fft: &LeafFft) -> Buffer {
     let block = lr.fft_block(fft);
     if block == lr.bbox {
-        return Ok(out.values);
+        return out.values;
     }
     let dtype = out.values.dtype();
     let mut cut = Buffer::zeros(dtype, lr.bbox.len() as usize);
@@ -376,7 +403,7 @@ fn transform_leaf(values: Buffer, lr: &LeafRead, fft: &LeafFft) -> Result<Buffer
         &lr.bbox,
         dtype.size(),
     );
-    Ok(cut)
+    cut
 }
 
 /// A chunk as accepted: decoded values, or the bytes read when they are the values already.
@@ -600,6 +627,15 @@ impl Assembler {
             let lr = &self.read.leaves[l];
             if lr.resident.is_some() {
                 continue;
+            }
+            // An FFT read from a band transforms the box where it lies in the band.
+            if let (None, Some(band), Some(fft), false) =
+                (b.as_ref(), &lr.band, &lr.fft, self.transformed[l])
+            {
+                if let Some(values) = transform_in_band(band, lr, fft)? {
+                    *b = Some(values);
+                    self.transformed[l] = true;
+                }
             }
             if b.is_none() {
                 let dtype = arrays[lr.mat].dtype();
