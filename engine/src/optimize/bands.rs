@@ -92,7 +92,7 @@ fn band_cost(arr: &ZarrArray, grid: &ChunkGrid, read: &Region, band: LeafBand) -
 /// or with `None` an intermediate array. `None` when bands never pay.
 ///
 /// Measured with 2 threads:
-/// - Against zstd streams of level 3 or more, of values that compress (`compression`: how
+/// - Against zstd streams of level 3 or more (or 0, zstd's default), of values that compress (`compression`: how
 ///   many times smaller the source stores them, at least [`COMPRESSIBLE`]): zstd's streaming
 ///   path copies its input into a window that wraps, and matches found across the wrap take
 ///   a slower loop, so streaming takes 1.2–1.3 times as long as compressing a whole chunk at
@@ -106,8 +106,12 @@ fn band_cost(arr: &ZarrArray, grid: &ChunkGrid, read: &Region, band: LeafBand) -
 ///   1.6 times as long, 2.5 times 0.88 s against 0.64 s (50 × 1024 × 1024 float32 noise, zstd
 ///   level 1, into (50, 64, 64)).
 pub(crate) fn most_band_cost(stream: Option<&Codec>, compression: Option<f64>) -> Option<f64> {
+    // Level 0 is zstd's default level, 3 (zarr-python writes it so).
+    let level_3_or_more = |level: i32| level == 0 || level >= 3;
     match stream {
-        Some(Codec::Zstd { level }) if *level >= 3 && compression >= Some(COMPRESSIBLE) => {
+        Some(Codec::Zstd { level })
+            if level_3_or_more(*level) && compression >= Some(COMPRESSIBLE) =>
+        {
             Some(2.0)
         }
         Some(_) => None,
@@ -142,6 +146,7 @@ mod tests {
         let zstd = |level| Codec::Zstd { level };
         assert_eq!(most_band_cost(Some(&zstd(3)), Some(1.31)), Some(2.0));
         assert_eq!(most_band_cost(Some(&zstd(9)), Some(2.0)), Some(2.0));
+        assert_eq!(most_band_cost(Some(&zstd(0)), Some(1.31)), Some(2.0));
         // Noise (few matches), an unknown sample, a cheap level, values stored raw.
         assert_eq!(most_band_cost(Some(&zstd(3)), Some(1.08)), None);
         assert_eq!(most_band_cost(Some(&zstd(3)), None), None);
