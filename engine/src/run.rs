@@ -299,7 +299,7 @@ fn banded_stage(
 /// Runs a compute stage band by band: loads each group's band, runs the group's blocks
 /// (reading the band), lets the band go. `stage` is the compute stage's value, output
 /// material, blocks and label. With `resumed`, blocks whose output chunks exist already are
-/// skipped; returns how many tasks were skipped so, of how many.
+/// skipped; returns how many tasks were skipped so, of how many (both 0 unless `resumed`).
 fn run_in_bands(
     engine: &Engine,
     stage: (&Fused, usize, &[u64], &str),
@@ -312,8 +312,8 @@ fn run_in_bands(
     let (input, out, block, label) = stage;
     let kernel = device_kernel(&engine.placement, input)?;
     let input = Arc::new(input.clone());
-    // A group's tasks left to run, with how many were skipped as done, of how many.
-    let group_tasks = |blocks: &[Vec<u64>]| -> Result<(Vec<crate::exec::Task>, usize, usize)> {
+    // A group's tasks left to run, and how many were skipped as done.
+    let group_tasks = |blocks: &[Vec<u64>]| -> Result<(Vec<crate::exec::Task>, usize)> {
         let mut tasks = compute::tasks_for_blocks(
             input.clone(),
             arrays.clone(),
@@ -325,12 +325,11 @@ fn run_in_bands(
             workers,
             kernel.clone(),
         )?;
-        let planned = tasks.len();
         let skipped = match resumed {
             true => skip_done(&mut tasks, &arrays[out])?,
             false => 0,
         };
-        Ok((tasks, skipped, planned))
+        Ok((tasks, skipped))
     };
     let (mut done, mut total) = (0, 0);
     // One band's memory serves the next.
@@ -338,10 +337,10 @@ fn run_in_bands(
     for group in groups {
         // A resumed run loads no band whose blocks are all written.
         if resumed {
-            let (left, skipped, planned) = group_tasks(&group.blocks)?;
+            let (left, skipped) = group_tasks(&group.blocks)?;
+            done += skipped;
+            total += left.len() + skipped;
             if left.is_empty() {
-                done += skipped;
-                total += planned;
                 continue;
             }
         }
@@ -354,9 +353,7 @@ fn run_in_bands(
         engine.progress.add_tasks(1);
         engine.scheduler.run(vec![load])?;
         // Planned once the band is held, the blocks read it instead of its chunks.
-        let (tasks, skipped, planned) = group_tasks(&group.blocks)?;
-        done += skipped;
-        total += planned;
+        let (tasks, _) = group_tasks(&group.blocks)?;
         engine.progress.add_tasks(tasks.len() as u64);
         engine.scheduler.run(tasks)?;
         spare = band.release();

@@ -2,6 +2,7 @@
 //! [`LeafBand`]), and what loading it that way costs next to the alternatives.
 
 use super::fuse::LeafBand;
+use super::stages::PlanOptions;
 use crate::array::{ChunkGrid, Region};
 use crate::zarr::Codec;
 use crate::zarr::ZarrArray;
@@ -123,17 +124,24 @@ pub(crate) fn most_band_cost(stream: Option<&Codec>, compression: Option<f64>) -
 /// against a zstd stream (see [`most_band_cost`]).
 pub(crate) const COMPRESSIBLE: f64 = 1.2;
 
-/// Bands of source `arr` for a plain copy of it into output chunks of shape `out_chunks`: each
-/// band holds whole output chunks' regions along its axis, and fits `limit` bytes beside the
-/// tasks copying from it (`beside` bytes) and the reads that load it; with their cost in
-/// decodes of the whole input. `None` when no band fits.
+/// The bytes of the budget left for a band beside what runs with it: `opts.threads` tasks of
+/// `task` bytes reading from it, or, while it loads, two batches of reads (of source chunks of
+/// `chunk` bytes), read and decoded. `None` when nothing is left.
+pub(crate) fn room_for_band(task: u64, chunk: u64, opts: PlanOptions) -> Option<u64> {
+    let loading = 4 * opts.batch_bytes.max(chunk);
+    let beside = loading.max(opts.threads.max(1) as u64 * task);
+    opts.budget.checked_sub(beside)
+}
+
+/// Bands of source `arr` for a plain copy of it into output chunks of shape `out_chunks`, each
+/// band holding whole output chunks' regions along its axis within `limit` bytes (see
+/// [`room_for_band`]), with their cost in decodes of the whole input. `None` when no band
+/// fits.
 pub(crate) fn copy_bands(
     arr: &ZarrArray,
     out_chunks: &[u64],
-    beside: u64,
     limit: u64,
 ) -> Option<(LeafBand, f64)> {
-    let limit = limit.checked_sub(beside)?;
     cheapest_bands(arr, &Region::whole(&arr.shape()), &[], out_chunks, limit)
 }
 

@@ -4,7 +4,7 @@
 //! memory band by band while its consumers run, or a bounded-memory rechunk of the input into
 //! an intermediate first.
 
-use super::bands::{cheapest_bands, SPILL_COST};
+use super::bands::{cheapest_bands, room_for_band, SPILL_COST};
 use super::fuse::{Fused, LeafBand, LeafFft};
 use super::stages::{self, Material, MaterialOrigin, PlanOptions, Stage};
 use crate::array::{ChunkGrid, DType, Region};
@@ -205,10 +205,7 @@ fn bands_if_cheaper(
         out_dtype,
         0,
     ) + out.len() * out_dtype.size() as u64;
-    let largest_chunk = mat.grid.chunk_shape().iter().product::<u64>() * mat.dtype.size() as u64;
-    let loading = 4 * opts.batch_bytes.max(largest_chunk);
-    let beside = loading.max(opts.threads.max(1) as u64 * task);
-    let limit = opts.budget.checked_sub(beside)?;
+    let limit = room_for_band(task, mat.chunk_bytes(), opts)?;
     let (band, cost) = cheapest_bands(arr, &read, &spec.axes(), &out.shape, limit)?;
     (cost < 1.0 + SPILL_COST).then_some(band)
 }

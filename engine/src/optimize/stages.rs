@@ -44,6 +44,13 @@ pub struct Material {
     pub origin: MaterialOrigin,
 }
 
+impl Material {
+    /// Decoded bytes of its largest chunk.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.grid.chunk_shape().iter().product::<u64>() * self.dtype.size() as u64
+    }
+}
+
 /// A stage: a set of independent tasks that fill one material.
 #[derive(Debug, Clone)]
 pub enum Stage {
@@ -703,7 +710,7 @@ fn stream_plan(
     if !stream_copy::rows_of_single_chunks(&materials[leaf.mat].grid, &mat.grid) {
         return None;
     }
-    let chunk_bytes = mat.grid.chunk_shape().iter().product::<u64>() * mat.dtype.size() as u64;
+    let chunk_bytes = mat.chunk_bytes();
     let stream_bytes = match &codec {
         Codec::None => 0,
         Codec::Zstd { level } => crate::zarr::stream::zstd_stream_bytes(*level, chunk_bytes)?,
@@ -757,15 +764,11 @@ fn banded_copy(
     };
     let compression = stream.and_then(|_| arr.sampled_compression());
     let most = bands::most_band_cost(stream, compression)?;
-    let bytes_of =
-        |m: &Material| m.grid.chunk_shape().iter().product::<u64>() * m.dtype.size() as u64;
-    // A task holds its output chunk's values and the chunk encoded; loading a band holds two
-    // batches of reads, read and decoded.
-    let task = 3 * bytes_of(&materials[out]);
-    let loading = 4 * opts.batch_bytes.max(bytes_of(&materials[mat]));
-    let beside = loading.max(opts.threads.max(1) as u64 * task);
+    // A task holds its output chunk's values and the chunk encoded.
+    let task = 3 * materials[out].chunk_bytes();
+    let room = bands::room_for_band(task, materials[mat].chunk_bytes(), opts)?;
     let out_chunks = materials[out].grid.chunk_shape();
-    let (band, cost) = bands::copy_bands(arr, &out_chunks, beside, opts.budget)?;
+    let (band, cost) = bands::copy_bands(arr, &out_chunks, room)?;
     if cost > most {
         return None;
     }
