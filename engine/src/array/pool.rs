@@ -106,7 +106,11 @@ impl Pool {
                 v.clear();
                 v
             }
-            None => Vec::with_capacity(len),
+            None => {
+                let mut v = Vec::with_capacity(len);
+                advise_huge_pages(&mut v);
+                v
+            }
         }
     }
 
@@ -142,7 +146,11 @@ impl Pool {
                 v
             }
             // Zeroed by the allocator: fresh pages arrive zeroed, nothing is written here.
-            None => vec![0; len],
+            None => {
+                let mut v = vec![0; len];
+                advise_huge_pages(&mut v);
+                v
+            }
         }
     }
 
@@ -155,6 +163,36 @@ impl Pool {
             if s.held + cap <= s.limit() {
                 s.held += cap;
                 s.free.push(v);
+            }
+        }
+    }
+}
+
+/// Fresh buffers at least this large are backed by transparent huge pages where the system
+/// allows them on request (see [`advise_huge_pages`]).
+pub const HUGE_PAGES_MIN: usize = 64 << 20;
+
+/// Asks the kernel to back the 2 MiB-aligned interior of `v`'s fresh (untouched) allocation
+/// with transparent huge pages, when it is at least [`HUGE_PAGES_MIN`] bytes. Filling such a
+/// buffer then takes one page fault per 2 MiB instead of one per 4 KiB: a band of an FFT's
+/// input (hundreds of MB, written once) faulted in 4 KiB pages cost about a twentieth of the
+/// power spectrum's CPU time in faults. Where the kernel declines, nothing changes.
+fn advise_huge_pages(v: &mut Vec<u8>) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        if v.capacity() < HUGE_PAGES_MIN {
+            return;
+        }
+        let base = v.as_mut_ptr() as usize;
+        let start = base.next_multiple_of(HUGE);
+        let end = (base + v.capacity()) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: [start, end) lies inside `v`'s allocation, which this function borrows
+            // mutably; MADV_HUGEPAGE changes only how the kernel backs those pages, never
+            // their contents or their mapping.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
             }
         }
     }
@@ -259,5 +297,74 @@ mod tests {
         pool.update(|s| s.lent = 0);
         pool.update(|s| s.capacity = 0);
         assert_eq!(pool.held(), 0);
+    }
+
+    /// The `smaps` entry of the mapping that holds `addr`, if the kernel lists one.
+    #[cfg(target_os = "linux")]
+    fn smaps_entry(addr: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut entry: Option<String> = None;
+        for line in smaps.lines() {
+            let range = line
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.split_once('-'));
+            let bounds = range.and_then(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            });
+            match bounds {
+                Some((start, end)) if line.contains(' ') && !line.ends_with(':') => {
+                    if entry.is_some() {
+                        break;
+                    }
+                    if (start..end).contains(&addr) {
+                        entry = Some(String::new());
+                    }
+                }
+                _ => {
+                    if let Some(e) = entry.as_mut() {
+                        e.push_str(line);
+                        e.push('\n');
+                    }
+                }
+            }
+        }
+        entry
+    }
+
+    /// The value of `name` in an `smaps` entry.
+    #[cfg(target_os = "linux")]
+    fn field<'a>(entry: &'a str, name: &str) -> Option<&'a str> {
+        entry.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k == name).then(|| v.trim())
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_fresh_buffers_ask_for_huge_pages() {
+        // Only where the kernel grants huge pages on request.
+        let setting = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if !setting.is_ok_and(|s| s.contains("[madvise]") || s.contains("[always]")) {
+            return;
+        }
+        let pool = Pool::new(0);
+        let big = pool.take_filled(HUGE_PAGES_MIN);
+        let mid = big.as_ptr() as usize + big.len() / 2;
+        let entry = smaps_entry(mid).expect("the buffer's mapping is listed");
+        assert_eq!(field(&entry, "THPeligible"), Some("1"), "{entry}");
+        assert!(big.iter().step_by(4096).all(|&b| b == 0));
+        // Below the threshold, the kernel's default stands (no request is made).
+        let small = pool.take(HUGE_PAGES_MIN / 2);
+        let entry = smaps_entry(small.as_ptr() as usize + (4 << 20)).expect("listed");
+        if std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| s.contains("[madvise]"))
+        {
+            assert_eq!(field(&entry, "THPeligible"), Some("0"), "{entry}");
+        }
     }
 }
