@@ -169,14 +169,18 @@ impl Pool {
 }
 
 /// Fresh buffers at least this large are backed by transparent huge pages where the system
-/// allows them on request (see [`advise_huge_pages`]).
-pub const HUGE_PAGES_MIN: usize = 64 << 20;
+/// allows them on request (see [`advise_huge_pages`]). The largest allocator threshold the
+/// budget sets (`exec::memory`) is the same 16 MiB, so such buffers are always mapped on
+/// their own, never carved out of a heap.
+pub const HUGE_PAGES_MIN: usize = 16 << 20;
 
 /// Asks the kernel to back the 2 MiB-aligned interior of `v`'s fresh (untouched) allocation
 /// with transparent huge pages, when it is at least [`HUGE_PAGES_MIN`] bytes. Filling such a
-/// buffer then takes one page fault per 2 MiB instead of one per 4 KiB: a band of an FFT's
-/// input (hundreds of MB, written once) faulted in 4 KiB pages cost about a twentieth of the
-/// power spectrum's CPU time in faults. Where the kernel declines, nothing changes.
+/// buffer then takes one page fault per 2 MiB instead of one per 4 KiB. Bands of an FFT's or
+/// a rechunk's input (hundreds of MB, written once) and the blocks of a sharded write (one
+/// shard's values, 33 MB for ERA5, more than the pool keeps) were faulted in 4 KiB pages:
+/// a fifth of the power spectrum's CPU time went to those faults and their TLB misses, a
+/// tenth of the anomaly's. Where the kernel declines, nothing changes.
 fn advise_huge_pages(v: &mut Vec<u8>) {
     #[cfg(target_os = "linux")]
     {
