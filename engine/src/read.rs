@@ -81,7 +81,7 @@ impl Destination {
 
     /// Where the destination bytes of `part` of window `w` start, when they are one
     /// contiguous run (of `part.len() * elem` bytes).
-    fn contiguous(&self, w: usize, part: &Region, elem: usize) -> Option<*mut u8> {
+    pub(crate) fn contiguous(&self, w: usize, part: &Region, elem: usize) -> Option<*mut u8> {
         let window = &self.windows[w];
         let rank = part.rank();
         // Leading axes of extent 1, then whole extents of the window: one run.

@@ -326,6 +326,26 @@ fn decode_to_part(
     }
 }
 
+/// Where in the band `part` of chunk `region` of `arr` goes, when the chunk's values decode
+/// straight into it: `part` is the chunk's first values in C order (all of them, or a head
+/// that ends where the band does) and one run of the band. A band taken from the rows at the
+/// start of each chunk so skips the copy from a decoded chunk into the band.
+fn head_in_band(
+    dest: &Destination,
+    arr: &ZarrArray,
+    region: &Region,
+    part: &Region,
+    elem: usize,
+) -> Option<*mut u8> {
+    let head = std::ptr::eq(arr.read_grid(), arr.grid())
+        && part.start == region.start
+        && region.c_prefix_len(part) == part.len();
+    if !head {
+        return None;
+    }
+    dest.contiguous(0, part, elem)
+}
+
 impl Processor for BandProcessor {
     fn process(
         &mut self,
@@ -352,6 +372,13 @@ impl Processor for BandProcessor {
                 let part = region
                     .intersect(band)
                     .ok_or_else(|| Error::internal("band chunk outside the band"))?;
+                if let Some(at) = head_in_band(&dest, arr, &region, &part, elem) {
+                    // SAFETY: `head_in_band` checked that the run of `part.len()` values lies
+                    // inside the band, and only this job writes them (see `Destination`).
+                    let slot =
+                        unsafe { std::slice::from_raw_parts_mut(at, part.len() as usize * elem) };
+                    return Ok(arr.decode_chunk_head_into(idx, bytes, slot)? as u64);
+                }
                 let values = decode_to_part(arr, idx, &region, &part, bytes)?;
                 dest.copy_from(0, &region, &part, &values, elem);
                 let n = values.len() as u64;

@@ -785,6 +785,46 @@ impl ZarrArray {
         Ok(out)
     }
 
+    /// Decodes the first `dst.len()` bytes (C order) of chunk `idx` from its stored bytes (the
+    /// fill value for `None`) straight into `dst`: only those where the codec can stop there
+    /// and that saves a tenth of the decode or more (as
+    /// [`decode_chunk_through`](Self::decode_chunk_through) does), else the whole chunk, whose
+    /// head is copied. Returns the bytes decoded.
+    pub fn decode_chunk_head_into(
+        &self,
+        idx: &[u64],
+        bytes: Option<crate::store::Value>,
+        dst: &mut [u8],
+    ) -> Result<usize> {
+        let whole = self.grid.chunk_region(idx).len() as usize * self.dtype.size();
+        if dst.len() == whole {
+            self.decode_chunk_into(idx, bytes, dst)?;
+            return Ok(whole);
+        }
+        match bytes {
+            Some(b) if dst.len() * 10 < whole * 9 && self.prefix_decodable(idx) => {
+                let decoded =
+                    zstd_decode_prefix(&b, dst).map_err(|msg| self.corrupt_chunk(idx, msg));
+                b.recycle();
+                decoded.map(|()| dst.len())
+            }
+            bytes => {
+                let buf = self.decode_chunk(idx, bytes)?;
+                let head = buf.bytes().get(..dst.len()).ok_or_else(|| {
+                    Error::internal(format!(
+                        "chunk {} decodes to {} bytes, fewer than the {} asked for",
+                        self.chunk_key(idx),
+                        buf.bytes().len(),
+                        dst.len()
+                    ))
+                })?;
+                dst.copy_from_slice(head);
+                crate::array::pool::give(buf.into_bytes());
+                Ok(whole)
+            }
+        }
+    }
+
     /// How many times smaller than its values the array's first chunk is stored: a sample of
     /// how compressible the values are. `None` when that chunk is not stored (or is empty).
     pub fn sampled_compression(&self) -> Option<f64> {

@@ -281,3 +281,41 @@ fn chunks_encoded_on_several_threads_decode_exactly() {
         );
     }
 }
+
+#[test]
+fn chunk_heads_decode_straight_into_place() {
+    let s = ArraySpec {
+        shape: vec![64, 300],
+        chunks: vec![64, 256],
+        ..spec(None, 3)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
+    let arr = ZarrArray::create(store, &s).unwrap();
+    for idx in [[0u64, 0], [0, 1]] {
+        let region = arr.grid().chunk_region(&idx);
+        let n = region.len() as usize;
+        let mut b = Buffer::zeros(DType::F32, n);
+        for (k, v) in b.as_slice_mut::<f32>().unwrap().iter_mut().enumerate() {
+            *v = ((k * 7919) % 10007) as f32 * 0.5 + idx[1] as f32;
+        }
+        let bytes = arr.encode_chunk(&idx, &b).unwrap().unwrap();
+        let whole = n * 4;
+        // The whole chunk, a short head (decoded alone), a head too long to stop early.
+        for len in [whole, whole / 8, whole * 19 / 20] {
+            let mut dst = vec![0u8; len];
+            let value = crate::store::Value::Owned(bytes.clone());
+            let decoded = arr
+                .decode_chunk_head_into(&idx, Some(value), &mut dst)
+                .unwrap();
+            assert_eq!(dst, b.bytes()[..len], "chunk {idx:?}, {len} bytes");
+            // Only a head of a chunk inside the array, short enough, is decoded alone.
+            let alone = idx == [0, 0] && len == whole / 8;
+            assert_eq!(decoded, if alone { len } else { whole });
+        }
+        // A missing chunk: its head is the fill value.
+        let mut dst = vec![0u8; 16];
+        arr.decode_chunk_head_into(&idx, None, &mut dst).unwrap();
+        assert_eq!(dst, 1.5f32.to_ne_bytes().repeat(4));
+    }
+}
