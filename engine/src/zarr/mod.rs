@@ -777,6 +777,14 @@ impl ZarrArray {
                 .is_ok_and(|s| s == self.grid.chunk_region(idx).shape)
     }
 
+    /// Whether decoding only the first `prefix` bytes of chunk `idx` pays: the codec can stop
+    /// there (see [`prefix_decodable`](Self::prefix_decodable)) and that saves a tenth of the
+    /// chunk's decode or more.
+    fn head_decodes_alone(&self, idx: &[u64], prefix: usize) -> bool {
+        let whole = self.grid.chunk_region(idx).len() as usize * self.dtype.size();
+        prefix * 10 < whole * 9 && self.prefix_decodable(idx)
+    }
+
     /// Decodes only the first `prefix` bytes of chunk `idx` (C order) from its stored bytes.
     pub fn decode_chunk_prefix(&self, idx: &[u64], bytes: &[u8], prefix: usize) -> Result<Vec<u8>> {
         let mut out = crate::array::pool::take(prefix);
@@ -786,8 +794,7 @@ impl ZarrArray {
     }
 
     /// Decodes the first `dst.len()` bytes (C order) of chunk `idx` from its stored bytes (the
-    /// fill value for `None`) straight into `dst`: only those where the codec can stop there
-    /// and that saves a tenth of the decode or more (as
+    /// fill value for `None`) straight into `dst`: only those where that pays (as
     /// [`decode_chunk_through`](Self::decode_chunk_through) does), else the whole chunk, whose
     /// head is copied. Returns the bytes decoded.
     pub fn decode_chunk_head_into(
@@ -802,7 +809,7 @@ impl ZarrArray {
             return Ok(whole);
         }
         match bytes {
-            Some(b) if dst.len() * 10 < whole * 9 && self.prefix_decodable(idx) => {
+            Some(b) if self.head_decodes_alone(idx, dst.len()) => {
                 let decoded =
                     zstd_decode_prefix(&b, dst).map_err(|msg| self.corrupt_chunk(idx, msg));
                 b.recycle();
@@ -843,9 +850,8 @@ impl ZarrArray {
         bytes: Option<crate::store::Value>,
         prefix: usize,
     ) -> Result<Vec<u8>> {
-        let whole = self.grid.chunk_region(idx).len() as usize * self.dtype.size();
         match bytes {
-            Some(b) if prefix * 10 < whole * 9 && self.prefix_decodable(idx) => {
+            Some(b) if self.head_decodes_alone(idx, prefix) => {
                 let out = self.decode_chunk_prefix(idx, &b, prefix);
                 b.recycle();
                 out
