@@ -204,6 +204,20 @@ def test_read_zarr_python3_sharded(run_plan: RunPlan, tmp_path: Path, codec: str
     expected[8:10, 6:9] = data[8:10, 6:9]
     assert not (src / "c" / "2" / "0" / "0").exists()
     check_copy(run_plan, src, expected, tmp_path)
+    # Reductions read the shards inner chunk by inner chunk too (across shards, along and
+    # across the inner chunks).
+    for axes, target in [([0], "sum0.zarr"), ([1, 2], "sum12.zarr")]:
+        plan = {
+            "name": "sharded-sum",
+            "arrays": [{"id": "x", "zarr": str(src)}],
+            "ops": [
+                {"id": "s", "op": "reduce", "input": "x", "func": "sum", "axes": axes},
+                {"id": "out", "op": "write", "input": "s", "target": str(tmp_path / target)},
+            ],
+        }
+        run_plan(plan, {})
+        want = expected.sum(axis=tuple(axes))
+        assert_same_array(read_zarr(tmp_path / target), want.astype(want.dtype.newbyteorder("=")))
 
 
 def test_read_zarr_python3_transpose(run_plan: RunPlan, tmp_path: Path) -> None:

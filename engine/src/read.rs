@@ -188,9 +188,11 @@ pub fn read_windows(
             .into_iter()
             .map(|(idx, pieces)| Item {
                 req: Some(ReadRequest::whole(array.chunk_key(&idx))),
-                idx,
-                pieces,
-                inner: false,
+                units: vec![Unit {
+                    idx,
+                    pieces,
+                    inner: None,
+                }],
             })
             .collect(),
     };
@@ -200,14 +202,26 @@ pub fn read_windows(
     decode_all(array, &items, &dest, &pool, threads)
 }
 
-/// One chunk (or inner chunk of a shard) to read and decode, and where its parts go.
+/// A touched inner chunk of one shard: its position in the shard (C order), its index in
+/// the array's inner grid, and the parts of windows it fills.
+type TouchedInner = (usize, Vec<u64>, Pieces);
+
+/// One read, and the chunks decoded from what it returns.
 struct Item {
-    idx: Vec<u64>,
-    /// What to read; `None` for an inner chunk the shard does not store (the fill value).
+    /// What to read; `None` when nothing is stored (inner chunks their shard does not hold).
     req: Option<ReadRequest>,
+    /// The chunks decoded from it.
+    units: Vec<Unit>,
+}
+
+/// A chunk, or an inner chunk of a shard, to decode, and where its parts go.
+struct Unit {
+    idx: Vec<u64>,
     pieces: Pieces,
-    /// An inner chunk (of the array's inner grid), not a stored chunk or shard.
-    inner: bool,
+    /// For an inner chunk (of the array's inner grid): where its bytes lie in what its item
+    /// read, or `None` when its shard does not store it (the fill value). `None` for a
+    /// stored chunk or shard, which is the whole read.
+    inner: Option<Option<std::ops::Range<usize>>>,
 }
 
 /// Every chunk of `grid` the windows touch, with the parts of windows it fills, in storage
@@ -224,31 +238,25 @@ fn touched(grid: &crate::array::ChunkGrid, windows: &[Region]) -> BTreeMap<Vec<u
     chunks
 }
 
-/// For a sharded array whose windows touch under half of the inner chunks of the shards
-/// they reach: the inner chunks to read on their own (each shard's index read first, by
-/// one ranged read per shard). `None` when whole shards are the better read.
+/// Inner chunks whose bytes lie at most this far apart in their shard are read together.
+const COALESCE_GAP: u64 = 256 << 10;
+/// The longest read that coalescing makes (a single larger inner chunk is read alone).
+const COALESCE_MAX: u64 = 8 << 20;
+
+/// For a sharded array with a standard shard layout: the inner chunks the windows touch,
+/// read in runs of neighbours (each shard's index read first, by one ranged read per
+/// shard) and decoded one by one, in parallel. `None` for other arrays, read chunk by chunk.
 fn inner_items(array: &ZarrArray, windows: &[Region]) -> Result<Option<Vec<Item>>> {
     let Some(layout) = array.shard_layout() else {
         return Ok(None);
     };
-    let inner = touched(array.inner_grid(), windows);
-    let mut shards: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
-    for idx in inner.keys() {
-        let n = shards.len();
-        shards.entry(layout.locate(idx).0).or_insert(n);
+    let mut by_shard: BTreeMap<Vec<u64>, Vec<TouchedInner>> = BTreeMap::new();
+    for (idx, pieces) in touched(array.inner_grid(), windows) {
+        let (shard, pos) = layout.locate(&idx);
+        by_shard.entry(shard).or_default().push((pos, idx, pieces));
     }
-    if 2 * inner.len() as u64 >= shards.len() as u64 * layout.chunks_per_shard() {
-        return Ok(None);
-    }
-    let shard_list: Vec<Vec<u64>> = {
-        let mut v = vec![Vec::new(); shards.len()];
-        for (s, &i) in &shards {
-            v[i] = s.clone();
-        }
-        v
-    };
-    let reqs = shard_list
-        .iter()
+    let reqs = by_shard
+        .keys()
         .map(|s| ReadRequest {
             key: array.chunk_key(s),
             range: Some(layout.index_range()),
@@ -258,9 +266,10 @@ fn inner_items(array: &ZarrArray, windows: &[Region]) -> Result<Option<Vec<Item>
         .store()
         .get_many(reqs)
         .map_err(|e| e.with_array(array.name()))?;
-    let mut ranges = Vec::with_capacity(indexes.len());
-    for (s, index) in shard_list.iter().zip(indexes) {
-        ranges.push(match index {
+    let mut items = Vec::new();
+    for ((shard, inner), index) in by_shard.into_iter().zip(indexes) {
+        let key = array.chunk_key(&shard);
+        let ranges = match index {
             None => None,
             Some(bytes) => Some(layout.parse_index(&bytes).map_err(|msg| {
                 Error::new(
@@ -268,29 +277,78 @@ fn inner_items(array: &ZarrArray, windows: &[Region]) -> Result<Option<Vec<Item>
                     format!("cannot read shard index: {msg}"),
                 )
                 .with_array(array.name())
-                .with_chunk_key(array.chunk_key(s))
+                .with_chunk_key(key.clone())
                 .with_store(array.url())
             })?),
-        });
+        };
+        items.extend(shard_items(&key, ranges.as_deref(), inner));
     }
-    let items = inner
-        .into_iter()
-        .map(|(idx, pieces)| {
-            let (shard, pos) = layout.locate(&idx);
-            let at = shards[&shard];
-            let range = ranges[at].as_ref().and_then(|r| r[pos]);
-            Item {
-                req: range.map(|r| ReadRequest {
-                    key: array.chunk_key(&shard),
-                    range: Some(r),
-                }),
+    Ok(Some(items))
+}
+
+/// The reads of one shard's touched inner chunks, given where the shard's index puts them (`None`: no shard is stored): runs of
+/// stored neighbours in the order they lie, each one read, and one read-less item for the
+/// inner chunks not stored.
+fn shard_items(
+    key: &str,
+    ranges: Option<&[crate::zarr::shard::InnerRange]>,
+    inner: Vec<TouchedInner>,
+) -> Vec<Item> {
+    let mut stored = Vec::new();
+    let mut absent = Vec::new();
+    for (pos, idx, pieces) in inner {
+        match ranges.and_then(|r| r.get(pos).copied().flatten()) {
+            Some(r) => stored.push((r.offset, r.len.unwrap_or(0), idx, pieces)),
+            None => absent.push(Unit {
                 idx,
                 pieces,
-                inner: true,
-            }
+                inner: Some(None),
+            }),
+        }
+    }
+    stored.sort_by_key(|(offset, ..)| *offset);
+    let mut items: Vec<Item> = Vec::new();
+    let mut run: Option<(u64, u64, Vec<Unit>)> = None;
+    let close = |items: &mut Vec<Item>, (start, end, units): (u64, u64, Vec<Unit>)| {
+        items.push(Item {
+            req: Some(ReadRequest {
+                key: key.to_string(),
+                range: Some(crate::store::ByteRange::new(start, Some(end - start))),
+            }),
+            units,
         })
-        .collect();
-    Ok(Some(items))
+    };
+    for (offset, len, idx, pieces) in stored {
+        let end = offset + len;
+        let joins = run.as_ref().is_some_and(|(start, stop, _)| {
+            offset >= *stop && offset - *stop <= COALESCE_GAP && end - *start <= COALESCE_MAX
+        });
+        if !joins {
+            if let Some(done) = run.take() {
+                close(&mut items, done);
+            }
+            run = Some((offset, end, Vec::new()));
+        }
+        if let Some((start, stop, units)) = run.as_mut() {
+            *stop = end;
+            let at = (offset - *start) as usize;
+            units.push(Unit {
+                idx,
+                pieces,
+                inner: Some(Some(at..at + len as usize)),
+            });
+        }
+    }
+    if let Some(done) = run.take() {
+        close(&mut items, done);
+    }
+    if !absent.is_empty() {
+        items.push(Item {
+            req: None,
+            units: absent,
+        });
+    }
+    items
 }
 
 /// The decode pool of `threads` threads (0: one per core), made once per size and kept, so
@@ -360,6 +418,10 @@ fn decode_all(
 ) -> Result<()> {
     let per_batch = CHUNKS_PER_BATCH_PER_THREAD * threads;
     let batches: Vec<&[Item]> = chunks.chunks(per_batch).collect();
+    // Decode jobs per read, on average (coalesced inner chunks give several), so the backlog
+    // limit counts reads.
+    let units: usize = chunks.iter().map(|item| item.units.len()).sum();
+    let units_per_item = units.div_ceil(chunks.len().max(1)).max(1);
     let (tx, rx) = mpsc::channel();
     let submit = |b: usize| {
         let reqs = batches[b]
@@ -413,7 +475,7 @@ fn decode_all(
                     break;
                 }
             };
-            backlog.add(batches[b].len());
+            backlog.add(batches[b].iter().map(|item| item.units.len()).sum());
             // Items that read nothing (inner chunks not stored) take no value.
             let mut values = values.into_iter();
             let values: Vec<Option<crate::store::Value>> = batches[b]
@@ -421,22 +483,32 @@ fn decode_all(
                 .map(|item| item.req.as_ref().and_then(|_| values.next().flatten()))
                 .collect();
             for (item, value) in batches[b].iter().zip(values) {
-                let (backlog, fail, failed) = (&backlog, &fail, &failed);
-                scope.spawn(move |_| {
-                    if !failed() {
-                        if let Err(e) = decode_one(array, item, value, dest, elem) {
-                            fail(e);
+                // The units of one read share its bytes; the last to finish frees them.
+                let mut value = value.map(Arc::new);
+                let last = item.units.len().saturating_sub(1);
+                for (u, unit) in item.units.iter().enumerate() {
+                    let (backlog, fail, failed) = (&backlog, &fail, &failed);
+                    let value = if u == last {
+                        value.take()
+                    } else {
+                        value.clone()
+                    };
+                    scope.spawn(move |_| {
+                        if !failed() {
+                            if let Err(e) = decode_one(array, unit, value, dest, elem) {
+                                fail(e);
+                            }
                         }
-                    }
-                    backlog.done();
-                });
+                        backlog.done();
+                    });
+                }
             }
             if failed() {
                 break;
             }
             if next < batches.len() {
                 // Keep at most a few batches of encoded bytes waiting for the decoder.
-                backlog.wait_below(depth * per_batch);
+                backlog.wait_below(depth * per_batch * units_per_item);
                 submit(next);
                 next += 1;
             }
@@ -450,17 +522,26 @@ fn decode_all(
     }
 }
 
-/// Decodes chunk `idx` and copies its parts into the windows.
+/// Decodes `unit` from `value` (its item's read) and copies its parts into the windows.
 fn decode_one(
     array: &ZarrArray,
-    item: &Item,
-    value: Option<crate::store::Value>,
+    unit: &Unit,
+    value: Option<Arc<crate::store::Value>>,
     dest: &Destination,
     elem: usize,
 ) -> Result<()> {
-    let (idx, pieces) = (&item.idx, &item.pieces);
-    if item.inner {
-        let buf = array.decode_inner(idx, value)?;
+    let (idx, pieces) = (&unit.idx, &unit.pieces);
+    if let Some(at) = &unit.inner {
+        let bytes = match (at, &value) {
+            (Some(at), Some(v)) => Some(v.get(at.clone()).ok_or_else(|| {
+                Error::internal(format!(
+                    "inner chunk at {at:?} lies outside the {} bytes read",
+                    v.len()
+                ))
+            })?),
+            _ => None,
+        };
+        let buf = array.decode_inner(idx, bytes.filter(|b| !b.is_empty()))?;
         let region = array.inner_grid().chunk_region(idx);
         for (w, part) in pieces {
             dest.copy_from(*w, &region, part, buf.bytes(), elem);
@@ -468,6 +549,9 @@ fn decode_one(
         crate::array::pool::give(buf.into_bytes());
         return Ok(());
     }
+    // A stored chunk is its item's only unit: the value is this job's alone.
+    let value = value.map(|v| Arc::try_unwrap(v).map_err(|_| Error::internal("chunk read shared")));
+    let value = value.transpose()?;
     let region = array.grid().chunk_region(idx);
     if let [(w, part)] = pieces.as_slice() {
         if *part == region {
@@ -589,5 +673,69 @@ mod tests {
         assert!(err.to_string().contains("outside"), "{err}");
         let err = read_windows(&arr, &[vec![0, 0]], &[2, 2, 2], &mut out, 1).unwrap_err();
         assert!(err.to_string().contains("3 axes"), "{err}");
+    }
+
+    #[test]
+    fn neighbouring_inner_chunks_are_read_together() {
+        use crate::store::ByteRange;
+        const MIB: u64 = 1 << 20;
+        let at = |offset: u64, len: u64| Some(ByteRange::new(offset, Some(len)));
+        // Positions 0..6 of a shard: 0 and 1 adjoin, 2 follows after a small gap, 3 would make
+        // the run longer than COALESCE_MAX, 4 lies far after 3, 5 is not stored, and 6
+        // lies before 0 in the file.
+        let ranges = vec![
+            at(MIB, 3 * MIB),
+            at(4 * MIB, 2 * MIB),
+            at(6 * MIB + 1000, MIB),
+            at(7 * MIB + 1000, 3 * MIB),
+            at(20 * MIB, 100),
+            None,
+            at(0, MIB),
+        ];
+        let touched = (0..7).map(|p| (p, vec![p as u64], Pieces::new())).collect();
+        let items = shard_items("c/0", Some(&ranges), touched);
+        type Read = Option<(u64, u64)>;
+        type Decoded = Vec<(u64, Option<std::ops::Range<usize>>)>;
+        let summary: Vec<(Read, Decoded)> = items
+            .iter()
+            .map(|item| {
+                let read = item.req.as_ref().map(|r| {
+                    let range = r.range.unwrap();
+                    (range.offset, range.len.unwrap())
+                });
+                let units = item
+                    .units
+                    .iter()
+                    .map(|u| (u.idx[0], u.inner.clone().unwrap()))
+                    .collect();
+                (read, units)
+            })
+            .collect();
+        let m = MIB as usize;
+        assert_eq!(
+            summary,
+            vec![
+                (
+                    Some((0, 6 * MIB + 1000 + MIB)),
+                    vec![
+                        (6, Some(0..m)),
+                        (0, Some(m..4 * m)),
+                        (1, Some(4 * m..6 * m)),
+                        (2, Some(6 * m + 1000..7 * m + 1000)),
+                    ]
+                ),
+                (Some((7 * MIB + 1000, 3 * MIB)), vec![(3, Some(0..3 * m))]),
+                (Some((20 * MIB, 100)), vec![(4, Some(0..100))]),
+                (None, vec![(5, None)]),
+            ]
+        );
+        assert!(items
+            .iter()
+            .all(|i| i.req.as_ref().is_none_or(|r| r.key == "c/0")));
+        // A shard not stored: every inner chunk is the fill value, nothing is read.
+        let touched = (0..3).map(|p| (p, vec![p as u64], Pieces::new())).collect();
+        let items = shard_items("c/1", None, touched);
+        assert_eq!(items.len(), 1);
+        assert!(items[0].req.is_none() && items[0].units.len() == 3);
     }
 }

@@ -978,7 +978,7 @@ impl crate::exec::Processor for DecodeOnly {
             .zip(idx.par_iter())
             .map(|(b, i)| {
                 self.array
-                    .decode_chunk(i, b)
+                    .decode_read(i, b)
                     .map(|buf| buf.bytes().len() as u64)
             })
             .sum::<Result<u64>>()?;
@@ -998,7 +998,7 @@ impl crate::exec::Processor for DecodeOnly {
 /// threads, as a run does, with no compute and no writes.
 pub fn read_floor(url: &str, threads: usize, max_mem: Option<u64>) -> Result<CodecFloor> {
     let max_mem = max_mem.unwrap_or_else(default_max_mem);
-    let array = Arc::new(ZarrArray::open(open_store(url, 8)?)?);
+    let array = Arc::new(ZarrArray::open(open_store(url, 8)?)?.with_inner_reads());
     let progress = Arc::new(Progress::new(false));
     let scheduler = Scheduler::new(
         threads,
@@ -1006,37 +1006,42 @@ pub fn read_floor(url: &str, threads: usize, max_mem: Option<u64>) -> Result<Cod
         progress.clone(),
         Arc::new(AtomicBool::new(false)),
     )?;
-    let indices = array.grid().chunk_indices();
-    let chunk_bytes =
-        array.grid().chunk_shape().iter().product::<u64>() * array.dtype().size() as u64;
+    // What a run's tasks read one at a time: chunks, or inner chunks of a sharded array.
+    let grid = array.read_grid();
+    let indices = grid.chunk_indices();
+    let chunk_bytes = grid.chunk_shape().iter().product::<u64>() * array.dtype().size() as u64;
     // Tasks of about 64 MiB of chunks, read in batches of one chunk per thread.
     let per_task = ((64u64 << 20) / chunk_bytes.max(1)).max(1) as usize;
     let per_batch = scheduler.threads().max(1);
     let t0 = Instant::now();
     let tasks = indices
         .chunks(per_task)
-        .map(|group| crate::exec::Task {
-            label: format!("read {url}"),
-            memory: 3 * per_batch as u64 * chunk_bytes,
-            batches: group
-                .chunks(per_batch)
-                .map(|b| {
-                    b.iter()
-                        .map(|i| crate::exec::ReadOp {
-                            store: array.store().clone(),
-                            req: ReadRequest::whole(array.chunk_key(i)),
-                        })
-                        .collect()
-                })
-                .collect(),
-            outputs: Vec::new(),
-            processor: Box::new(DecodeOnly {
-                array: array.clone(),
-                chunks: group.to_vec(),
-                next: 0,
-            }),
+        .map(|group| {
+            Ok(crate::exec::Task {
+                label: format!("read {url}"),
+                memory: 3 * per_batch as u64 * chunk_bytes,
+                batches: group
+                    .chunks(per_batch)
+                    .map(|b| {
+                        b.iter()
+                            .map(|i| {
+                                Ok(crate::exec::ReadOp {
+                                    store: array.store().clone(),
+                                    req: array.read_request(i)?,
+                                })
+                            })
+                            .collect::<Result<Vec<_>>>()
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                outputs: Vec::new(),
+                processor: Box::new(DecodeOnly {
+                    array: array.clone(),
+                    chunks: group.to_vec(),
+                    next: 0,
+                }),
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     scheduler.run(tasks)?;
     let seconds = t0.elapsed().as_secs_f64();
     Ok(CodecFloor {

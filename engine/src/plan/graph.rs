@@ -347,9 +347,13 @@ impl Graph {
         for a in &plan.arrays {
             let store = open_store(&a.url, io_threads)
                 .map_err(|e| e.with_field(format!("{}.zarr", a.field)))?;
+            // Sharded sources are read inner chunk by inner chunk, like the engine's own
+            // intermediates: tasks then decode in parallel and hold one inner chunk each,
+            // not a whole shard.
             let arr = ZarrArray::open(store)
                 .map_err(|e| e.with_array(&a.id))?
-                .with_name(&a.id);
+                .with_name(&a.id)
+                .with_inner_reads();
             if let Some(shape) = &a.shape {
                 plan_ensure!(
                     *shape == arr.shape(),

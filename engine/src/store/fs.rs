@@ -95,7 +95,8 @@ pub struct FsStore {
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Whole values at least this large are mapped rather than copied out of the page cache.
+/// Values (whole files or ranges) at least this large are mapped rather than copied out of
+/// the page cache.
 const MAP_THRESHOLD: usize = super::uring::MAP_THRESHOLD as usize;
 
 impl FsStore {
@@ -142,10 +143,7 @@ impl FsStore {
             None => {
                 let size = file.metadata()?.len() as usize;
                 if size >= MAP_THRESHOLD {
-                    // SAFETY: the mapping is read-only and private to this value; the engine
-                    // replaces files by rename and never writes into a file it reads.
-                    let map = unsafe { memmap2::Mmap::map(&file)? };
-                    return Ok(Some(Value::Mapped(map)));
+                    return Value::map_file(&file, 0, size).map(Some);
                 }
                 let mut v = crate::array::pool::take(size);
                 (&file).read_to_end(&mut v)?;
@@ -154,7 +152,12 @@ impl FsStore {
             Some(r) => {
                 let size = file.metadata()?.len();
                 let (start, end) = r.resolve(size).ok_or_else(|| past_end(&r, size))?;
-                let mut v = vec![0u8; (end - start) as usize];
+                let len = (end - start) as usize;
+                if len >= MAP_THRESHOLD {
+                    // An inner chunk of a shard, or a run of them: mapped like a whole file.
+                    return Value::map_file(&file, start, len).map(Some);
+                }
+                let mut v = vec![0u8; len];
                 file.read_exact_at(&mut v, start)?;
                 Ok(Some(Value::Owned(v)))
             }

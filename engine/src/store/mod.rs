@@ -88,6 +88,26 @@ pub enum Value {
     Mapped(memmap2::Mmap),
 }
 
+impl Value {
+    /// A read-only mapping of `len` bytes of `file` from byte `offset` (any offset: the
+    /// mapping starts at the page holding it).
+    pub(crate) fn map_file(
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+    ) -> std::io::Result<Value> {
+        // SAFETY: the mapping is read-only and private to this value; the engine replaces
+        // files by rename and never writes into a file it reads.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(offset)
+                .len(len)
+                .map(file)?
+        };
+        Ok(Value::Mapped(map))
+    }
+}
+
 impl std::ops::Deref for Value {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -140,12 +140,14 @@ struct UringRead {
 /// A batch to read and where its answer goes.
 struct UringJob {
     reads: Vec<UringRead>,
-    /// Map whole files of at least `MAP_THRESHOLD` bytes instead of reading them.
+    /// Map values (whole files or ranges) of at least `MAP_THRESHOLD` bytes instead of
+    /// reading them.
     map_large: bool,
     done: ReadCallback,
 }
 
-/// Whole values at least this large may be mapped rather than read (see `UringReader::read`).
+/// Values (whole files or ranges) at least this large may be mapped rather than read (see
+/// `UringReader::read`).
 pub const MAP_THRESHOLD: u64 = 256 * 1024;
 
 /// Reads batches on one thread that owns the ring.
@@ -179,8 +181,8 @@ impl UringReader {
     }
 
     /// Reads every `(key, path, range)` and calls `done` with the values in order (`None`
-    /// for missing files); errors name the key. With `map_large` (and buffered reads), whole
-    /// files of at least [`MAP_THRESHOLD`] bytes are mapped read-only instead: the page
+    /// for missing files); errors name the key. With `map_large` (and buffered reads), values
+    /// (whole files or ranges) of at least [`MAP_THRESHOLD`] bytes are mapped read-only instead: the page
     /// cache is then used in place, which beats copying it out on warm data.
     pub fn read(
         &self,
@@ -251,14 +253,14 @@ fn serve(mut ring: IoUring, rx: mpsc::Receiver<UringJob>, direct: bool) {
             for (s, read) in job.reads.iter().enumerate() {
                 match prepare(j, s, read, direct, job.map_large) {
                     Ok(Prepared::Empty) => results[j][s] = Some(Value::Owned(Vec::new())),
-                    // SAFETY: read-only and private to this value; the engine replaces files
-                    // by rename and never writes into a file it reads.
-                    Ok(Prepared::Map(file)) => match unsafe { memmap2::Mmap::map(&file) } {
-                        Ok(map) => results[j][s] = Some(Value::Mapped(map)),
-                        Err(e) => {
-                            errors[j].get_or_insert(io_error(read, e));
+                    Ok(Prepared::Map(file, offset, len)) => {
+                        match Value::map_file(&file, offset, len) {
+                            Ok(map) => results[j][s] = Some(map),
+                            Err(e) => {
+                                errors[j].get_or_insert(io_error(read, e));
+                            }
                         }
-                    },
+                    }
                     Ok(Prepared::Read(p)) => pending.push(p),
                     Ok(Prepared::Missing) => {}
                     Err(e) => {
@@ -302,13 +304,13 @@ enum Prepared {
     Missing,
     /// Nothing to read (an empty file or range).
     Empty,
-    /// A whole file to map rather than read.
-    Map(File),
+    /// A file's bytes to map rather than read: offset and length.
+    Map(File, u64, usize),
     /// Bytes to read into a buffer.
     Read(Pending),
 }
 
-/// Opens the file of `read` and decides how to serve it: mapped (whole files of at least
+/// Opens the file of `read` and decides how to serve it: mapped (values of at least
 /// `MAP_THRESHOLD` bytes when `map_large`), or read into a pooled buffer sized for it.
 fn prepare(
     job: usize,
@@ -346,8 +348,8 @@ fn prepare(
     if want == 0 {
         return Ok(Prepared::Empty);
     }
-    if map_large && read.range.is_none() && size >= MAP_THRESHOLD {
-        return Ok(Prepared::Map(file));
+    if map_large && want as u64 >= MAP_THRESHOLD {
+        return Ok(Prepared::Map(file, offset, want));
     }
     let (file_offset, target, skip, buf) = if direct {
         let start = offset / ALIGN * ALIGN;
@@ -540,10 +542,11 @@ mod tests {
     }
 
     #[test]
-    fn large_whole_files_are_mapped_without_a_buffer() {
+    fn large_files_and_ranges_are_mapped_without_a_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c");
-        std::fs::write(&path, vec![7u8; MAP_THRESHOLD as usize]).unwrap();
+        let bytes: Vec<u8> = (0..2 * MAP_THRESHOLD).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
         let read = |range| UringRead {
             key: "c".into(),
             path: path.clone(),
@@ -552,11 +555,22 @@ mod tests {
         let whole = read(None);
         assert!(matches!(
             prepare(0, 0, &whole, false, true),
-            Ok(Prepared::Map(_))
+            Ok(Prepared::Map(_, 0, n)) if n == bytes.len()
         ));
-        // Not mapping, or a range: read into a buffer sized for the bytes wanted.
+        // A large range (an inner chunk of a shard) from an offset inside a page.
+        let (offset, len) = (4097u64, MAP_THRESHOLD as usize);
+        let large = read(Some(ByteRange::new(offset, Some(len as u64))));
+        match prepare(0, 0, &large, false, true) {
+            Ok(Prepared::Map(file, o, n)) => {
+                assert_eq!((o, n), (offset, len));
+                let value = Value::map_file(&file, o, n).unwrap();
+                assert_eq!(&value[..], &bytes[offset as usize..offset as usize + len]);
+            }
+            _ => panic!("expected a mapping"),
+        }
+        // Not mapping, or a small range: read into a buffer sized for the bytes wanted.
         match prepare(0, 0, &whole, false, false) {
-            Ok(Prepared::Read(p)) => assert!(p.buf.capacity() >= MAP_THRESHOLD as usize),
+            Ok(Prepared::Read(p)) => assert!(p.buf.capacity() >= bytes.len()),
             _ => panic!("expected a buffered read"),
         }
         let part = read(Some(ByteRange::new(10, Some(10))));

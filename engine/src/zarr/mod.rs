@@ -49,7 +49,7 @@ pub struct ZarrArray {
     /// and the grid of those inner chunks.
     shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
     /// True when compute tasks read this array's inner chunks one by one (ranged reads of
-    /// their shards) rather than whole shards: the engine's own sharded intermediates.
+    /// their shards) rather than whole shards: sharded sources and intermediates.
     inner_reads: bool,
     /// Parsed shard indexes, by shard, for inner reads (`None`: the shard is not stored).
     shard_indexes: std::sync::Mutex<HashMap<Vec<u64>, Option<ShardIndex>>>,
@@ -485,8 +485,11 @@ impl ZarrArray {
         if self.inner_layout().is_none() {
             return self.decode_chunk(idx, bytes);
         }
-        let bytes = bytes.filter(|b| !b.is_empty());
-        self.decode_inner(idx, bytes)
+        let decoded = self.decode_inner(idx, bytes.as_deref().filter(|b| !b.is_empty()));
+        if let Some(bytes) = bytes {
+            bytes.recycle();
+        }
+        decoded
     }
 
     /// The raw shard layout of this array, when the engine writes its shards itself (see
@@ -880,11 +883,7 @@ impl ZarrArray {
 
     /// Decodes inner chunk `inner` (an index of [`inner_grid`](Self::inner_grid)) from its
     /// stored bytes (the fill value when `None`) into a buffer over its region in the array.
-    pub fn decode_inner(
-        &self,
-        inner: &[u64],
-        bytes: Option<crate::store::Value>,
-    ) -> Result<Buffer> {
+    pub fn decode_inner(&self, inner: &[u64], bytes: Option<&[u8]>) -> Result<Buffer> {
         let layout = self
             .shard_layout()
             .ok_or_else(|| Error::internal("inner chunk read of an array without shards"))?;
@@ -898,7 +897,7 @@ impl ZarrArray {
         };
         let (shard_idx, pos) = layout.locate(inner);
         let decoded = layout
-            .decode(&bytes, &self.meta, &self.options)
+            .decode(bytes, self.dtype.size(), &self.meta, &self.options)
             .map_err(|e| {
                 e.with_array(&self.name)
                     .with_chunk_key(format!(

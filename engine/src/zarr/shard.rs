@@ -1,7 +1,9 @@
 //! Inner chunks of sharded Zarr v3 arrays read on their own: a shard's index comes from one
 //! ranged read (the last or first bytes, no size lookup first), then only the inner chunks
 //! wanted are fetched (ranged reads, which object stores coalesce) and decoded with the
-//! inner codecs. Used by direct reads of small windows, where whole shards would be waste.
+//! inner codecs: `bytes` + `zstd` and `bytes` alone by the engine, others through zarrs.
+//! Used by direct reads and by runs over sharded arrays, so inner chunks decode in parallel
+//! and a task holds one inner chunk, never a whole shard.
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
@@ -24,6 +26,9 @@ pub struct ShardLayout {
     /// True when the inner codecs are `bytes` alone, little-endian: a stored inner chunk is
     /// its values as they stand (the whole inner chunk shape, padded at the array's edge).
     raw: bool,
+    /// True when the inner codecs are `bytes` little-endian then `zstd`: the engine decodes
+    /// those itself, into pooled buffers (zarrs' chain allocates fresh output each time).
+    zstd: bool,
     codecs: Arc<CodecChain>,
 }
 
@@ -85,17 +90,21 @@ impl ShardLayout {
             .get("index_location")
             .and_then(|l| l.as_str())
             .is_none_or(|l| l == "end");
-        let raw = match cfg.get("codecs")?.as_array()?.as_slice() {
-            [only] => {
-                only.get("name").and_then(|n| n.as_str()) == Some("bytes")
-                    && only
-                        .get("configuration")
-                        .and_then(|c| c.get("endian"))
-                        .and_then(|e| e.as_str())
-                        .is_none_or(|e| e == "little")
-                    && cfg!(target_endian = "little")
-            }
-            _ => false,
+        let little_bytes = |c: &serde_json::Value| {
+            c.get("name").and_then(|n| n.as_str()) == Some("bytes")
+                && c.get("configuration")
+                    .and_then(|c| c.get("endian"))
+                    .and_then(|e| e.as_str())
+                    .is_none_or(|e| e == "little")
+                && cfg!(target_endian = "little")
+        };
+        let (raw, zstd) = match cfg.get("codecs")?.as_array()?.as_slice() {
+            [only] => (little_bytes(only), false),
+            [first, second] => (
+                false,
+                little_bytes(first) && second.get("name").and_then(|n| n.as_str()) == Some("zstd"),
+            ),
+            _ => (false, false),
         };
         let inner: Vec<MetadataV3> = serde_json::from_value(cfg.get("codecs")?.clone()).ok()?;
         let codecs = CodecChain::from_metadata(&inner).ok()?;
@@ -109,6 +118,7 @@ impl ShardLayout {
             index_at_end,
             checksum,
             raw,
+            zstd,
             codecs: Arc::new(codecs),
         })
     }
@@ -215,13 +225,35 @@ impl ShardLayout {
         (shard, pos as usize)
     }
 
-    /// Decodes one inner chunk's bytes into its full (unclipped) inner chunk shape.
+    /// Decodes one inner chunk's bytes into its full (unclipped) inner chunk shape, of
+    /// `elem`-byte elements: into a pooled buffer when the engine decodes the inner codecs
+    /// itself (`bytes` alone, or `bytes` + `zstd`), else through zarrs' codec chain.
     pub fn decode(
         &self,
         bytes: &[u8],
+        elem: usize,
         meta: &zarrs::array::Array<zarrs::storage::store::MemoryStore>,
         options: &CodecOptions,
     ) -> Result<Vec<u8>> {
+        let len = self.inner_chunk.iter().product::<u64>() as usize * elem;
+        let corrupt = |msg: String| {
+            Error::new(
+                ErrorKind::Corrupt,
+                format!("cannot decode inner chunk: {msg}"),
+            )
+        };
+        if self.zstd {
+            return super::zstd_decode(bytes, len).map_err(corrupt);
+        }
+        if self.raw {
+            if bytes.len() != len {
+                let msg = format!("{} bytes stored, the inner chunk needs {len}", bytes.len());
+                return Err(corrupt(msg));
+            }
+            let mut out = crate::array::pool::take(len);
+            out.extend_from_slice(bytes);
+            return Ok(out);
+        }
         let shape: Vec<NonZeroU64> = self
             .inner_chunk
             .iter()
