@@ -21,7 +21,7 @@ use crate::optimize::fuse::Fused;
 use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
 use crate::plan::graph::Graph;
 use crate::plan::{ArrayDecl, Op, OpDecl, Plan, WriteSpec};
-use crate::store::{open_store, ReadRequest};
+use crate::store::open_store;
 use crate::zarr::{ArrayInfo, ArraySpec, Codec, ZarrArray};
 
 /// How to run.
@@ -860,13 +860,14 @@ pub fn codec_floor(
     target: Option<(&[u64], &Codec)>,
 ) -> Result<CodecFloor> {
     let store = open_store(url, 8)?;
-    let arr = ZarrArray::open(store.clone())?;
-    let indices = arr.grid().chunk_indices();
+    // Chunks, or the inner chunks of a sharded array, as runs read them.
+    let arr = ZarrArray::open(store.clone())?.with_inner_reads();
+    let indices = arr.read_grid().chunk_indices();
     let encoded = store.get_many(
         indices
             .iter()
-            .map(|i| ReadRequest::whole(arr.chunk_key(i)))
-            .collect(),
+            .map(|i| arr.read_request(i))
+            .collect::<Result<Vec<_>>>()?,
     )?;
     let pool = pool(threads)?;
     let shape = arr.shape();
@@ -879,7 +880,7 @@ pub fn codec_floor(
             encoded
                 .into_par_iter()
                 .zip(indices.par_iter())
-                .map(|(b, i)| arr.decode_chunk(i, b).map(|buf| buf.bytes().len() as u64))
+                .map(|(b, i)| arr.decode_read(i, b).map(|buf| buf.bytes().len() as u64))
                 .sum::<Result<u64>>()
         })?;
         let decode_seconds = t0.elapsed().as_secs_f64();
@@ -895,7 +896,7 @@ pub fn codec_floor(
         encoded
             .into_par_iter()
             .zip(indices.par_iter())
-            .map(|(b, i)| arr.decode_chunk(i, b))
+            .map(|(b, i)| arr.decode_read(i, b))
             .collect::<Result<Vec<_>>>()
     })?;
     let decode_seconds = t0.elapsed().as_secs_f64();
@@ -903,7 +904,7 @@ pub fn codec_floor(
     let encode_seconds = {
         let mut full = Buffer::zeros(arr.dtype(), whole.len() as usize);
         for (b, i) in decoded.iter().zip(&indices) {
-            let r = arr.grid().chunk_region(i);
+            let r = arr.read_grid().chunk_region(i);
             copy_region(b.bytes(), &r, full.bytes_mut(), &whole, &r, size);
         }
         drop(decoded);
