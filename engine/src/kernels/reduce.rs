@@ -49,6 +49,24 @@ pub struct Accumulator {
 }
 
 /// `len` copies of `v` in pooled memory.
+/// `vals` folded into `a` by `f` through `LANES` running values that start at `identity`
+/// (f's identity element) and join `a` at the end: independent chains the CPU runs side by
+/// side and vectorizes, where a single chain waits on every step. Sums add in another order
+/// than one chain would (in f64 either way); min and max give the same result.
+#[inline(always)]
+fn fold_lanes(a: f64, vals: &[f64], identity: f64, f: impl Fn(f64, f64) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [identity; LANES];
+    let mut chunks = vals.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = f(*l, *v);
+        }
+    }
+    let a = lanes.into_iter().fold(a, &f);
+    chunks.remainder().iter().fold(a, |a, v| f(a, *v))
+}
+
 fn f64_state(len: usize, v: f64) -> Buffer {
     Buffer::filled(DType::F64, len, &v.to_ne_bytes())
 }
@@ -282,34 +300,62 @@ impl Accumulator {
                 }
             }};
         }
+        // Floats: a tile that lands on one element folds in interleaved lanes started at
+        // the function's identity (see `fold_lanes`).
+        macro_rules! fold_f {
+            ($acc:expr, $vals:expr, $identity:expr, $f:expr) => {{
+                let vals = &$vals[..n];
+                let acc = $acc;
+                let f = $f;
+                if at.stride == 0 {
+                    acc[o] = fold_lanes(acc[o], vals, $identity, f);
+                } else {
+                    for (a, v) in acc[o..o + n].iter_mut().zip(vals) {
+                        *a = f(*a, *v);
+                    }
+                }
+            }};
+        }
         match (&mut self.state, reg) {
             (State::F(buf), Reg::F(v)) => {
                 let acc = buf.as_slice_mut::<f64>()?;
                 match func {
-                    Sum | Mean => fold!(acc, v, |a: f64, x: f64| a + x),
+                    Sum | Mean => fold_f!(acc, v, 0.0, |a: f64, x: f64| a + x),
                     NanSum | NanMean => {
-                        fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a + x })
+                        fold_f!(acc, v, 0.0, |a: f64, x: f64| if x.is_nan() {
+                            a
+                        } else {
+                            a + x
+                        })
                     }
-                    Prod => fold!(acc, v, |a: f64, x: f64| a * x),
-                    NanProd => fold!(acc, v, |a: f64, x: f64| if x.is_nan() { a } else { a * x }),
-                    Min => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
+                    Prod => fold_f!(acc, v, 1.0, |a: f64, x: f64| a * x),
+                    NanProd => fold_f!(acc, v, 1.0, |a: f64, x: f64| if x.is_nan() {
+                        a
+                    } else {
+                        a * x
+                    }),
+                    Min => fold_f!(acc, v, f64::INFINITY, |a: f64, x: f64| if a.is_nan()
+                        || x.is_nan()
+                    {
                         f64::NAN
                     } else {
                         a.min(x)
                     }),
-                    Max => fold!(acc, v, |a: f64, x: f64| if a.is_nan() || x.is_nan() {
+                    Max => fold_f!(acc, v, f64::NEG_INFINITY, |a: f64, x: f64| if a.is_nan()
+                        || x.is_nan()
+                    {
                         f64::NAN
                     } else {
                         a.max(x)
                     }),
-                    NanMin => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
+                    NanMin => fold_f!(acc, v, f64::NAN, |a: f64, x: f64| if x.is_nan() {
                         a
                     } else if a.is_nan() {
                         x
                     } else {
                         a.min(x)
                     }),
-                    NanMax => fold!(acc, v, |a: f64, x: f64| if x.is_nan() {
+                    NanMax => fold_f!(acc, v, f64::NAN, |a: f64, x: f64| if x.is_nan() {
                         a
                     } else if a.is_nan() {
                         x
@@ -748,6 +794,56 @@ fn slice_reg(reg: &Reg, start: usize, n: usize) -> Reg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// A tile folded onto one element in lanes gives what one chain gives: the same
+        /// min, max and NaN-skipping min and max (NaN where one chain gives NaN), and sums
+        /// and products within f64 rounding of it.
+        #[test]
+        fn folding_in_lanes_matches_one_chain(
+            vals in proptest::collection::vec(
+                proptest::prop_oneof![8 => -1e3f64..1e3, 1 => proptest::strategy::Just(f64::NAN)],
+                0..40,
+            ),
+            start in -10f64..10.0,
+        ) {
+            use ReduceFunc::*;
+            for func in [Sum, NanSum, Prod, NanProd, Min, Max, NanMin, NanMax] {
+                let mut lanes = Accumulator::new(func, DType::F32, 1).unwrap();
+                let chain = vals.iter().fold(start, |a, x| match func {
+                    Sum => a + x,
+                    NanSum => if x.is_nan() { a } else { a + x },
+                    Prod => a * x,
+                    NanProd => if x.is_nan() { a } else { a * x },
+                    Min => if a.is_nan() || x.is_nan() { f64::NAN } else { a.min(*x) },
+                    Max => if a.is_nan() || x.is_nan() { f64::NAN } else { a.max(*x) },
+                    NanMin => if x.is_nan() { a } else if a.is_nan() { *x } else { a.min(*x) },
+                    _ => if x.is_nan() { a } else if a.is_nan() { *x } else { a.max(*x) },
+                });
+                if let State::F(buf) = &mut lanes.state {
+                    buf.as_slice_mut::<f64>().unwrap()[0] = start;
+                }
+                lanes.fold(&Reg::F(vals.clone()), vals.len(), target(0, 0), (0, 0)).unwrap();
+                let got = match &lanes.state {
+                    State::F(buf) => buf.as_slice::<f64>().unwrap()[0],
+                    _ => unreachable!(),
+                };
+                if matches!(func, Sum | NanSum | Prod | NanProd) && chain.is_finite() {
+                    let scale: f64 = vals.iter().filter(|x| !x.is_nan()).map(|x| x.abs()).sum::<f64>() + start.abs();
+                    let tol = match func {
+                        Prod | NanProd => 1e-12 * chain.abs().max(f64::MIN_POSITIVE),
+                        _ => 1e-12 * scale,
+                    };
+                    proptest::prop_assert!((got - chain).abs() <= tol, "{func:?}: {got} vs {chain}");
+                } else {
+                    proptest::prop_assert!(
+                        got == chain || (got.is_nan() && chain.is_nan()),
+                        "{func:?}: {got} vs {chain}"
+                    );
+                }
+            }
+        }
+    }
 
     fn target(offset: usize, stride: usize) -> TileTarget<'static> {
         TileTarget {
