@@ -376,7 +376,8 @@ impl Graph {
                 field: a.field.clone(),
                 shape: arr.shape(),
                 dtype: arr.dtype(),
-                grid: arr.grid().clone(),
+                // Computation follows the units read: a sharded source's inner chunks.
+                grid: arr.read_grid().clone(),
                 kind: NodeKind::Source(Arc::new(arr)),
             });
         }
