@@ -293,8 +293,13 @@ impl Accumulator {
                         a = f(a, *v);
                     }
                     acc[o] = a;
-                } else {
+                } else if at.stride == 1 {
                     for (a, v) in acc[o..o + n].iter_mut().zip(vals) {
+                        *a = f(*a, *v);
+                    }
+                } else {
+                    for (k, v) in vals.iter().enumerate() {
+                        let a = &mut acc[o + k * at.stride];
                         *a = f(*a, *v);
                     }
                 }
@@ -309,8 +314,13 @@ impl Accumulator {
                 let f = $f;
                 if at.stride == 0 {
                     acc[o] = fold_lanes(acc[o], vals, $identity, f);
-                } else {
+                } else if at.stride == 1 {
                     for (a, v) in acc[o..o + n].iter_mut().zip(vals) {
+                        *a = f(*a, *v);
+                    }
+                } else {
+                    for (k, v) in vals.iter().enumerate() {
+                        let a = &mut acc[o + k * at.stride];
                         *a = f(*a, *v);
                     }
                 }

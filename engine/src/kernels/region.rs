@@ -27,7 +27,8 @@ pub struct LeafInput<'a> {
 pub struct TileTarget<'a> {
     /// Sink element offset.
     pub offset: usize,
-    /// Sink element stride (0 or 1 in practice).
+    /// Sink element stride (0: the tile reduces onto one element; 1: contiguous; more for
+    /// a piece narrower than the accumulator it folds into).
     pub stride: usize,
     /// Region index of the tile's first value (empty when axes were merged).
     pub index: &'a [u64],

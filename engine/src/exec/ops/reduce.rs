@@ -187,17 +187,18 @@ impl ReduceProcessor {
         let rank = first.rank();
         let strides = self.acc_strides(first);
         let positions = self.params.func.is_arg();
-        // Values each element of the output takes from the pending pieces, at most.
-        let terms: u64 = pending
-            .iter()
-            .map(|(piece, _)| {
-                self.params
-                    .axes
-                    .iter()
-                    .map(|&a| piece.shape[a])
-                    .product::<u64>()
-            })
-            .sum();
+        let axes = &self.params.axes;
+        // Values each element of the output takes from the pending pieces, at most: pieces
+        // over the same kept region add up.
+        let mut per_region: BTreeMap<Vec<u64>, u64> = BTreeMap::new();
+        for (piece, _) in &pending {
+            let kept = (0..rank)
+                .filter(|d| !axes.contains(d))
+                .map(|d| piece.start[d]);
+            let values: u64 = axes.iter().map(|&a| piece.shape[a]).product();
+            *per_region.entry(kept.collect()).or_default() += values;
+        }
+        let terms = per_region.values().copied().max().unwrap_or(0);
         let (func, compute, acc_len) = (self.params.func, self.fused.dtype(), self.acc_len);
         let skip_nan = cascade::skips_nan(func);
         let mut partial = match self.cascade {
@@ -207,7 +208,16 @@ impl ReduceProcessor {
         let acc_slot = &mut self.acc;
         let mut regs = self.fused.program.registers();
         let full_strides = c_strides(&self.fused.shape);
-        let axes = &self.params.axes;
+        // Where each piece's part of the accumulator starts.
+        let offsets: Vec<usize> = pending
+            .iter()
+            .map(|(piece, _)| {
+                (0..rank)
+                    .filter(|d| !axes.contains(d))
+                    .map(|d| (piece.start[d] - self.chunk_input.start[d]) as usize * strides[d])
+                    .sum()
+            })
+            .collect();
         // The slab axis: the first kept axis longer than 1, if any.
         let slab_axis = (0..rank).find(|d| !axes.contains(d) && first.shape[*d] > 1);
         let (axis, slab) = match (slab_axis, positions) {
@@ -220,7 +230,11 @@ impl ReduceProcessor {
         let extent = if slab == u64::MAX {
             1
         } else {
-            first.shape[axis]
+            pending
+                .iter()
+                .map(|(p, _)| p.shape[axis])
+                .max()
+                .unwrap_or(0)
         };
         let mut start = 0u64;
         let mut assembled: Vec<(Region, Assembler)> = pending;
@@ -230,16 +244,19 @@ impl ReduceProcessor {
             } else {
                 slab.min(extent - start)
             };
-            for (piece, asm) in assembled.iter_mut() {
+            for ((piece, asm), offset) in assembled.iter_mut().zip(&offsets) {
                 let mut leaves = asm.leaf_inputs(&self.arrays)?;
                 let mut shape = piece.shape.clone();
-                let mut base = 0usize;
+                let mut base = *offset;
                 if slab != u64::MAX {
-                    shape[axis] = len;
+                    if start >= piece.shape[axis] {
+                        continue;
+                    }
+                    shape[axis] = len.min(piece.shape[axis] - start);
                     for l in leaves.iter_mut() {
                         l.offset += start as usize * l.strides[axis];
                     }
-                    base = start as usize * strides[axis];
+                    base += start as usize * strides[axis];
                 }
                 let piece = &*piece;
                 let program = &self.fused.program;
@@ -399,18 +416,20 @@ fn input_region(params: &ReduceParams, in_shape: &[u64], out_region: &Region) ->
     Region { start, shape }
 }
 
-/// Splits `region` along the reduced axes at the chunk boundaries of `grid`.
-fn pieces(params: &ReduceParams, grid: &ChunkGrid, region: &Region) -> Vec<Region> {
+/// Splits `region` at the chunk boundaries of `grid`: each piece is one input chunk's part
+/// of it, so pieces are read and decoded chunk by chunk, never assembled from several.
+fn pieces(grid: &ChunkGrid, region: &Region) -> Vec<Region> {
     let per_axis: Vec<Vec<(u64, u64)>> = (0..region.rank())
         .map(|d| {
-            if params.axes.contains(&d) {
-                let a = &grid.axes()[d];
-                a.overlapping(region.start[d], region.shape[d])
-                    .map(|i| a.chunk(i))
-                    .collect()
-            } else {
-                vec![(region.start[d], region.shape[d])]
-            }
+            let a = &grid.axes()[d];
+            let (lo, hi) = (region.start[d], region.start[d] + region.shape[d]);
+            a.overlapping(lo, region.shape[d])
+                .map(|i| {
+                    let (start, len) = a.chunk(i);
+                    let (s, e) = (start.max(lo), (start + len).min(hi));
+                    (s, e - s)
+                })
+                .collect()
         })
         .collect();
     let counts: Vec<u64> = per_axis.iter().map(|v| v.len() as u64).collect();
@@ -486,7 +505,7 @@ pub fn tasks(
         .map(|idx| {
             let out_region = out.grid().chunk_region(&idx);
             let chunk_input = input_region(&params, &in_shape, &out_region);
-            let regions = pieces(&params, &fused.grid, &chunk_input);
+            let regions = pieces(&fused.grid, &chunk_input);
             (idx, out_region, chunk_input, regions)
         })
         .collect();
