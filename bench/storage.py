@@ -572,38 +572,17 @@ def storage_lines(
     for t in TOOLS[1:]:
         if t in skip:
             tool_notes[t] = "skipped"
-    bench_run.warm_page_cache(data_path)
 
-    full, crops = _measure_set(
-        measure,
-        bench_run.Row,
-        "local",
-        str(data_path),
-        data_path,
-        binary,
-        threads,
-        repeat,
-        batches,
-        nbytes,
-        tool_notes,
-        failures,
-    )
+    def local_set(where: str, path: Path) -> tuple[list[Any], list[Any]]:
+        bench_run.warm_page_cache(path)
+        return _measure_set(
+            *(measure, bench_run.Row, where, str(path), path, binary, threads, repeat),
+            *(batches, nbytes, tool_notes, failures),
+        )
+
+    full, crops = local_set("local", data_path)
     sharded = ensure_sharded(binary, data_path, shape)
-    bench_run.warm_page_cache(sharded)
-    sharded_full, sharded_crops = _measure_set(
-        measure,
-        bench_run.Row,
-        "local, sharded",
-        str(sharded),
-        sharded,
-        binary,
-        threads,
-        repeat,
-        batches,
-        nbytes,
-        tool_notes,
-        failures,
-    )
+    sharded_full, sharded_crops = local_set("local, sharded", sharded)
     inner, shards = sharded_shapes(shape)
     cmd = command or shlex.join([Path(sys.executable).name, *sys.argv])
     lines = [
