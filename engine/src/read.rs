@@ -271,24 +271,16 @@ fn inner_items(array: &ZarrArray, windows: &[Region]) -> Result<Option<Vec<Item>
         let key = array.chunk_key(&shard);
         let ranges = match index {
             None => None,
-            Some(bytes) => Some(layout.parse_index(&bytes).map_err(|msg| {
-                Error::new(
-                    crate::error::ErrorKind::Corrupt,
-                    format!("cannot read shard index: {msg}"),
-                )
-                .with_array(array.name())
-                .with_chunk_key(key.clone())
-                .with_store(array.url())
-            })?),
+            Some(bytes) => Some(array.parse_shard_index(layout, &key, &bytes)?),
         };
         items.extend(shard_items(&key, ranges.as_deref(), inner));
     }
     Ok(Some(items))
 }
 
-/// The reads of one shard's touched inner chunks, given where the shard's index puts them (`None`: no shard is stored): runs of
-/// stored neighbours in the order they lie, each one read, and one read-less item for the
-/// inner chunks not stored.
+/// The reads of one shard's touched inner chunks, given where the shard's index puts them
+/// (`None`: no shard is stored): runs of stored neighbours in the order they lie, each one
+/// read, and one read-less item for the inner chunks not stored.
 fn shard_items(
     key: &str,
     ranges: Option<&[crate::zarr::shard::InnerRange]>,

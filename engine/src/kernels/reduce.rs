@@ -67,6 +67,28 @@ fn fold_lanes(a: f64, vals: &[f64], identity: f64, f: impl Fn(f64, f64) -> f64) 
     chunks.remainder().iter().fold(a, |a, v| f(a, *v))
 }
 
+/// `vals` folded by `f` into the elements of `acc` from `o`, `stride` (at least 1) apart:
+/// one value per element.
+#[inline(always)]
+fn fold_spread<T: Copy, V: Copy>(
+    acc: &mut [T],
+    o: usize,
+    stride: usize,
+    vals: &[V],
+    f: impl Fn(T, V) -> T,
+) {
+    if stride == 1 {
+        for (a, v) in acc[o..o + vals.len()].iter_mut().zip(vals) {
+            *a = f(*a, *v);
+        }
+    } else {
+        for (k, v) in vals.iter().enumerate() {
+            let a = &mut acc[o + k * stride];
+            *a = f(*a, *v);
+        }
+    }
+}
+
 fn f64_state(len: usize, v: f64) -> Buffer {
     Buffer::filled(DType::F64, len, &v.to_ne_bytes())
 }
@@ -293,15 +315,8 @@ impl Accumulator {
                         a = f(a, *v);
                     }
                     acc[o] = a;
-                } else if at.stride == 1 {
-                    for (a, v) in acc[o..o + n].iter_mut().zip(vals) {
-                        *a = f(*a, *v);
-                    }
                 } else {
-                    for (k, v) in vals.iter().enumerate() {
-                        let a = &mut acc[o + k * at.stride];
-                        *a = f(*a, *v);
-                    }
+                    fold_spread(acc, o, at.stride, vals, f);
                 }
             }};
         }
@@ -314,15 +329,8 @@ impl Accumulator {
                 let f = $f;
                 if at.stride == 0 {
                     acc[o] = fold_lanes(acc[o], vals, $identity, f);
-                } else if at.stride == 1 {
-                    for (a, v) in acc[o..o + n].iter_mut().zip(vals) {
-                        *a = f(*a, *v);
-                    }
                 } else {
-                    for (k, v) in vals.iter().enumerate() {
-                        let a = &mut acc[o + k * at.stride];
-                        *a = f(*a, *v);
-                    }
+                    fold_spread(acc, o, at.stride, vals, f);
                 }
             }};
         }

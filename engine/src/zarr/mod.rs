@@ -464,18 +464,29 @@ impl ZarrArray {
             .map_err(|e| e.with_array(&self.name))?;
         let parsed = match read.pop().flatten() {
             None => None,
-            Some(bytes) => Some(Arc::new(layout.parse_index(&bytes).map_err(|msg| {
-                Error::new(
-                    ErrorKind::Corrupt,
-                    format!("cannot read shard index: {msg}"),
-                )
-                .with_array(&self.name)
-                .with_chunk_key(key.clone())
-                .with_store(&self.url)
-            })?)),
+            Some(bytes) => Some(Arc::new(self.parse_shard_index(layout, &key, &bytes)?)),
         };
         lock()?.insert(shard_idx.to_vec(), parsed.clone());
         Ok(parsed)
+    }
+
+    /// Where each inner chunk of the shard at `key` lies, from its index bytes; a corrupt
+    /// index is an error naming the array, the shard and the store.
+    pub(crate) fn parse_shard_index(
+        &self,
+        layout: &shard::ShardLayout,
+        key: &str,
+        index: &[u8],
+    ) -> Result<Vec<shard::InnerRange>> {
+        layout.parse_index(index).map_err(|msg| {
+            Error::new(
+                ErrorKind::Corrupt,
+                format!("cannot read shard index: {msg}"),
+            )
+            .with_array(&self.name)
+            .with_chunk_key(key)
+            .with_store(&self.url)
+        })
     }
 
     /// Decodes unit `idx` of [`read_grid`](Self::read_grid) from what

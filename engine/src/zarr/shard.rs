@@ -23,12 +23,11 @@ pub struct ShardLayout {
     pub per_shard: Vec<u64>,
     index_at_end: bool,
     checksum: bool,
-    /// True when the inner codecs are `bytes` alone, little-endian: a stored inner chunk is
-    /// its values as they stand (the whole inner chunk shape, padded at the array's edge).
-    raw: bool,
-    /// True when the inner codecs are `bytes` little-endian then `zstd`: the engine decodes
-    /// those itself, into pooled buffers (zarrs' chain allocates fresh output each time).
-    zstd: bool,
+    /// The inner codecs when the engine decodes them itself, into pooled buffers (zarrs'
+    /// chain allocates fresh output each time): `bytes` little-endian alone (a stored inner
+    /// chunk is its values as they stand, the whole inner chunk shape, padded at the array's
+    /// edge), or then `zstd`.
+    fast: Option<super::FastCodec>,
     codecs: Arc<CodecChain>,
 }
 
@@ -90,22 +89,9 @@ impl ShardLayout {
             .get("index_location")
             .and_then(|l| l.as_str())
             .is_none_or(|l| l == "end");
-        let little_bytes = |c: &serde_json::Value| {
-            c.get("name").and_then(|n| n.as_str()) == Some("bytes")
-                && c.get("configuration")
-                    .and_then(|c| c.get("endian"))
-                    .and_then(|e| e.as_str())
-                    .is_none_or(|e| e == "little")
-                && cfg!(target_endian = "little")
-        };
-        let (raw, zstd) = match cfg.get("codecs")?.as_array()?.as_slice() {
-            [only] => (little_bytes(only), false),
-            [first, second] => (
-                false,
-                little_bytes(first) && second.get("name").and_then(|n| n.as_str()) == Some("zstd"),
-            ),
-            _ => (false, false),
-        };
+        // The inner codecs the engine decodes itself, by the rule for whole chunks (the
+        // configuration lists them under `codecs`, as an array's metadata does).
+        let fast = super::detect_fast_codec(cfg);
         let inner: Vec<MetadataV3> = serde_json::from_value(cfg.get("codecs")?.clone()).ok()?;
         let codecs = CodecChain::from_metadata(&inner).ok()?;
         Some(ShardLayout {
@@ -117,8 +103,7 @@ impl ShardLayout {
             inner_chunk,
             index_at_end,
             checksum,
-            raw,
-            zstd,
+            fast,
             codecs: Arc::new(codecs),
         })
     }
@@ -126,7 +111,7 @@ impl ShardLayout {
     /// True when stored inner chunks are their values as they stand (inner codecs `bytes`
     /// alone, little-endian, on a little-endian machine).
     pub fn is_raw(&self) -> bool {
-        self.raw
+        self.fast == Some(super::FastCodec::Raw)
     }
 
     /// True when the index follows the inner chunks (else it precedes them).
@@ -242,10 +227,10 @@ impl ShardLayout {
                 format!("cannot decode inner chunk: {msg}"),
             )
         };
-        if self.zstd {
+        if self.fast == Some(super::FastCodec::Zstd) {
             return super::zstd_decode(bytes, len).map_err(corrupt);
         }
-        if self.raw {
+        if self.is_raw() {
             if bytes.len() != len {
                 let msg = format!("{} bytes stored, the inner chunk needs {len}", bytes.len());
                 return Err(corrupt(msg));
