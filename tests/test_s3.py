@@ -107,6 +107,30 @@ def test_info_and_plans_over_s3(
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_an_s3_array_two_stages_read_is_fetched_once(
+    source: tuple[str, np.ndarray], s3_server: S3Server, cli: Cli, tmp_path: Path
+) -> None:
+    """The anomaly reads x for its time mean, then again to subtract it: x, in a store where
+    every read is a round trip, is held in memory between the two stages and each of its
+    chunks is fetched once. Under a budget too small to hold it, each is fetched twice."""
+    url, data = source
+    plan = Path(__file__).resolve().parents[1] / "plans" / "era5-anomaly.json"
+    want = data - data.astype("float64").mean(axis=0, keepdims=True)
+
+    def chunk_gets(max_mem: str, name: str) -> list[str]:
+        s3_server.reset_stats()
+        target = tmp_path / name
+        cli.run_plan(plan, {"source": url, "target": str(target)}, max_mem=max_mem)
+        np.testing.assert_allclose(zarr.open_array(str(target))[:], want, rtol=0, atol=1e-4)
+        return [p for m, p, _ in s3_server.request_log if m == "GET" and "/c/" in p]
+
+    held = chunk_gets("256MB", "held.zarr")
+    assert len(held) == len(set(held)) == SHAPE[0], held
+    # x is 57,600 bytes: a quarter of a 200 kB budget cannot hold it beside the tasks.
+    twice = chunk_gets("200kB", "twice.zarr")
+    assert len(twice) == 2 * SHAPE[0] and len(set(twice)) == SHAPE[0], twice
+
+
 def test_rechunk_s3_to_s3_under_faults(
     source: tuple[str, np.ndarray], s3_server: S3Server, s3_bucket: str, cli: Cli, tmp_path: Path
 ) -> None:

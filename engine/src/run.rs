@@ -644,10 +644,17 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         })
         .collect();
     let mut stage_names = Vec::new();
-    for stage in &physical.stages {
+    // Materials held in memory across stages (see `resident::read_again`), each with the last
+    // stage that reads it.
+    let mut held: Vec<(usize, resident::SharedLeaves)> = Vec::new();
+    for (at, stage) in physical.stages.iter().enumerate() {
         // A stage read in bands holds its bands and nothing else: its budget checks count
         // only them and their tasks.
         let banded = banded_stage(stage, &arrays, task_budget, batch_limit, workers)?;
+        if banded.is_some() {
+            // Its bands were sized for the whole budget.
+            held.clear();
+        }
         let resumed_out = stage_output(stage).filter(|&o| resumed[o]);
         let result = match (banded, stage) {
             (
@@ -692,15 +699,49 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                     )
                 };
                 let (mut name, mut tasks) = tasks_of()?;
+                let largest_of = |tasks: &[crate::exec::task::Task]| {
+                    tasks.iter().map(|t| t.memory).max().unwrap_or(0)
+                };
+                let held_bytes = |held: &[(usize, resident::SharedLeaves)]| -> u64 {
+                    held.iter().map(|(_, h)| h.bytes()).sum()
+                };
+                // Arrays held for later stages stay only while this stage's tasks fit beside
+                // them; else they go, and the tasks read their chunks themselves.
+                if largest_of(&tasks).saturating_add(held_bytes(&held)) > task_budget {
+                    held.clear();
+                    (name, tasks) = tasks_of()?;
+                }
+                // What this stage reads and later stages read again is loaded once and held
+                // (within a quarter of the budget, beside the stage's largest task).
+                let largest = largest_of(&tasks);
+                let in_use = held_bytes(&held);
+                let hold_limit = (task_budget / 4)
+                    .saturating_sub(in_use)
+                    .min(task_budget.saturating_sub(largest.saturating_add(in_use)));
+                let hold = resident::to_hold(
+                    &resident::read_again(&physical.stages, at),
+                    &arrays,
+                    hold_limit,
+                );
+                let mut loads = Vec::new();
+                let mut holding = Vec::new();
+                for (mat, last) in hold {
+                    let (load, shared) = resident::load_tasks(&[mat], &arrays, batch_limit)?;
+                    loads.extend(load);
+                    holding.push((last, shared));
+                }
                 // Small arrays that the stage's tasks would each read again are loaded once
                 // and shared; the stage's tasks must still fit beside them.
-                let largest = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
-                let share_limit = (task_budget / 8).min(task_budget.saturating_sub(largest));
+                let share_limit = (task_budget / 8).min(
+                    task_budget.saturating_sub(largest.saturating_add(held_bytes(&holding) + in_use)),
+                );
                 let mats = resident::worth_sharing(stage_input(stage), &arrays, share_limit);
-                let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit);
-                if !load.is_empty() && engine.check_fits(&load).is_ok() {
-                    progress.add_tasks(load.len() as u64);
-                    engine.scheduler.run(load)?;
+                let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit)?;
+                loads.extend(load);
+                if !loads.is_empty() && engine.check_fits(&loads).is_ok() {
+                    progress.add_tasks(loads.len() as u64);
+                    engine.scheduler.run(loads)?;
+                    held.extend(holding);
                     (name, tasks) = tasks_of()?;
                 }
                 if let Some(out) = resumed_out {
@@ -713,6 +754,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 engine.scheduler.run(tasks)
             }
         };
+        held.retain(|(last, _)| *last > at);
         if let Err(e) = result {
             // Chunks streamed in parts that did not finish never appear.
             if let Some(out) = stage_output(stage) {
