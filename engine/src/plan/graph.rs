@@ -954,6 +954,24 @@ fn sliced_chunks(input: &AxisChunks, first: u64, step: i64, len: u64) -> Result<
             .collect();
         return AxisChunks::from_sizes(&sizes);
     }
+    if step > 0 {
+        // Each input chunk's selected indices make one chunk (as Dask slices): every chunk of
+        // the selection then lies inside one input chunk, which its readers read in place.
+        let step = step as u64;
+        let last = first + step * (len - 1);
+        let sizes: Vec<u64> = input
+            .overlapping(first, last + 1 - first)
+            .map(|k| {
+                let (s, l) = input.chunk(k);
+                // Selected positions i (first + step * i) inside [s, s + l).
+                let lo = s.saturating_sub(first).div_ceil(step);
+                let hi = (s + l).saturating_sub(first).div_ceil(step).min(len);
+                hi.saturating_sub(lo)
+            })
+            .filter(|&n| n > 0)
+            .collect();
+        return AxisChunks::from_sizes(&sizes);
+    }
     let nominal = input.regular_size().unwrap_or(input.max_size());
     let c = (nominal / step.unsigned_abs()).max(1);
     AxisChunks::regular(len, c.min(len))
@@ -1339,6 +1357,21 @@ mod tests {
         let axis = AxisChunks::from_sizes(&[4, 4, 2]).unwrap();
         let chunks = sliced_chunks(&axis, 8, -1, 7).unwrap();
         assert_eq!(chunks.sizes(), vec![1, 4, 2]);
+        // A forward selection takes each input chunk's selected indices as one chunk.
+        let axis = AxisChunks::from_sizes(&[181, 181, 181, 178]).unwrap();
+        // Rows 100, 102, ..., 598: 41 in the first chunk, then 90, 91 and 28.
+        assert_eq!(
+            sliced_chunks(&axis, 100, 2, 250).unwrap().sizes(),
+            vec![41, 90, 91, 28]
+        );
+        // A step past the chunk size skips chunks that hold no selected index.
+        let axis = AxisChunks::regular(20, 3).unwrap();
+        assert_eq!(
+            sliced_chunks(&axis, 1, 7, 3).unwrap().sizes(),
+            vec![1, 1, 1]
+        );
+        assert_eq!(sliced_chunks(&axis, 0, 1, 20).unwrap().sizes(), axis.sizes());
+        assert_eq!(sliced_chunks(&axis, 4, 1, 5).unwrap().sizes(), vec![2, 3]);
     }
 
     #[test]

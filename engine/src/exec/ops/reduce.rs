@@ -342,7 +342,7 @@ impl Processor for ReduceProcessor {
     ) -> Result<Vec<WriteOp>> {
         let read = self.pieces[batch].clone();
         let piece = read.region.clone();
-        let mut asm = Assembler::new(read);
+        let mut asm = Assembler::new(read).reading_in_place();
         asm.accept(data, &self.arrays, ctx)?;
         self.pending.push((piece, asm));
         if self.pending.len() >= self.fold_every || batch + 1 == self.pieces.len() {
@@ -581,9 +581,12 @@ pub fn tasks(
             if g == 0 {
                 Accumulator::new(params.func, fused.dtype(), 0)?;
             }
-            // Accumulator + two pieces read ahead + the pending pieces' leaf buffers + output.
-            let memory =
-                acc_bytes + 2 * piece_read + fold_every as u64 * piece_bytes + 2 * out_bytes;
+            // Accumulator + two pieces read ahead + the pending pieces' leaf buffers (or the
+            // decoded chunks they are read in, see `Assembler::reading_in_place`) + output.
+            let memory = acc_bytes
+                + 2 * piece_read
+                + fold_every as u64 * piece_bytes.max(piece_read)
+                + 2 * out_bytes;
             tasks.push(Task {
                 label: format!("{label}: output chunk {idx:?}, group {g}"),
                 memory,

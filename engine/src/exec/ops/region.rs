@@ -83,6 +83,8 @@ pub struct LeafRead {
     /// Axes of `bbox` the leaf's view walks backwards: its buffer is reversed along them
     /// once assembled (and transformed), so `strides` step forwards through it.
     pub reversed: Vec<usize>,
+    /// How the leaf's view maps the region's axes to its material's.
+    pub view: Vec<ViewAxis>,
 }
 
 impl LeafRead {
@@ -141,6 +143,19 @@ impl LeafRead {
     }
 }
 
+/// Element strides, per axis of a region of `rank` axes, of a leaf read through the view
+/// `axes` from a buffer of its material's values with element strides `buffer` (one per
+/// material axis).
+fn leaf_strides(axes: &[ViewAxis], buffer: &[u64], rank: usize) -> Vec<usize> {
+    let mut strides = vec![0usize; rank];
+    for (j, a) in axes.iter().enumerate() {
+        if let ViewAxis::Mapped { out_axis, step, .. } = *a {
+            strides[out_axis] += (buffer[j] * step.unsigned_abs()) as usize;
+        }
+    }
+    strides
+}
+
 /// The reads of one region of a fused value.
 #[derive(Debug, Clone)]
 pub struct RegionRead {
@@ -190,12 +205,7 @@ impl RegionRead {
                     }
                     None => (c_strides(&bbox.shape), 0),
                 };
-                let mut strides = vec![0usize; region.rank()];
-                for (j, a) in leaf.view.axes.iter().enumerate() {
-                    if let ViewAxis::Mapped { out_axis, step, .. } = *a {
-                        strides[out_axis] += (bs[j] * step.unsigned_abs()) as usize;
-                    }
-                }
+                let strides = leaf_strides(&leaf.view.axes, &bs, region.rank());
                 let held = resident.is_some() || band.is_some();
                 let chunks = if bbox.is_empty() || read_box.is_empty() || held {
                     Vec::new()
@@ -225,6 +235,7 @@ impl RegionRead {
                     band,
                     in_bands: leaf.band.is_some(),
                     reversed,
+                    view: leaf.view.axes.clone(),
                 }
             })
             .collect();
@@ -466,6 +477,19 @@ pub struct Assembler {
     /// regions) instead of being copied into one buffer: plain copies take each output
     /// chunk's values straight from them.
     kept: Option<Vec<(Region, Buffer)>>,
+    /// Whether a leaf whose box lies inside one decoded chunk reads it there (see
+    /// [`reading_in_place`](Self::reading_in_place)).
+    in_place: bool,
+    /// Per leaf read in place: the decoded chunk's region, and the element offset of the
+    /// leaf's box and the leaf's strides in it.
+    views: Vec<Option<InPlace>>,
+}
+
+/// A leaf read where its values lie in one decoded chunk.
+struct InPlace {
+    chunk: Region,
+    offset: usize,
+    strides: Vec<usize>,
 }
 
 impl Assembler {
@@ -481,7 +505,19 @@ impl Assembler {
             transformed: vec![false; n],
             reversed: vec![false; n],
             kept: None,
+            in_place: false,
+            views: (0..n).map(|_| None).collect(),
         }
+    }
+
+    /// Leaves whose box lies inside a single chunk (a slice, an edge, a strided selection)
+    /// read its decoded values where they lie, through an offset and strides, instead of
+    /// copying the box out first. For readers that only evaluate the leaves (not
+    /// [`take_leaf`](Self::take_leaf), which copies such a box out); the decoded chunk is held
+    /// in place of the box.
+    pub fn reading_in_place(mut self) -> Self {
+        self.in_place = self.kept.is_none();
+        self
     }
 
     /// Keeps decoded chunks as they are (see [`copy_into`](Self::copy_into)); only for a
@@ -557,6 +593,22 @@ impl Assembler {
                 (placement, whole)
             })
             .collect();
+        let in_place: Vec<bool> = pairs
+            .iter()
+            .zip(&placed)
+            .map(|((l, _), (placement, whole))| {
+                let lr = &self.read.leaves[*l];
+                self.in_place
+                    && !whole
+                    && lr.chunks.len() == 1
+                    && lr.fft.is_none()
+                    && lr.concat.is_none()
+                    && lr.band.is_none()
+                    && lr.resident.is_none()
+                    && lr.reversed.is_empty()
+                    && matches!(placement, Placement::Direct(r) if r.contains(&lr.read_box))
+            })
+            .collect();
         let decoded: Vec<Result<Decoded>> = data
             .into_par_iter()
             .zip(pairs.par_iter().zip(placed.par_iter()))
@@ -572,7 +624,9 @@ impl Assembler {
                 }
             })
             .collect();
-        for ((decoded, (l, c)), (placement, whole)) in decoded.into_iter().zip(pairs).zip(placed) {
+        for (((decoded, (l, c)), (placement, whole)), in_place) in
+            decoded.into_iter().zip(pairs).zip(placed).zip(in_place)
+        {
             let decoded = decoded?;
             ctx.add_decoded(decoded.bytes().len() as u64);
             let lr = &self.read.leaves[*l];
@@ -585,6 +639,20 @@ impl Assembler {
                     continue;
                 }
                 (Decoded::Values(buf), _) if whole => {
+                    self.bufs[*l] = Some(buf);
+                    continue;
+                }
+                (Decoded::Values(buf), Placement::Direct(chunk)) if in_place => {
+                    let chunk_strides = c_strides(&chunk.shape);
+                    let offset: u64 = (0..chunk.rank())
+                        .map(|d| (lr.bbox.start[d] - chunk.start[d]) * chunk_strides[d])
+                        .sum();
+                    let strides = leaf_strides(&lr.view, &chunk_strides, lr.strides.len());
+                    self.views[*l] = Some(InPlace {
+                        chunk: chunk.clone(),
+                        offset: offset as usize,
+                        strides,
+                    });
                     self.bufs[*l] = Some(buf);
                     continue;
                 }
@@ -625,7 +693,7 @@ impl Assembler {
     pub fn leaf_inputs(&mut self, arrays: &[Arc<ZarrArray>]) -> Result<Vec<LeafInput<'_>>> {
         for (l, b) in self.bufs.iter_mut().enumerate() {
             let lr = &self.read.leaves[l];
-            if lr.resident.is_some() {
+            if lr.resident.is_some() || self.views[l].is_some() {
                 continue;
             }
             // An FFT read from a band transforms the box where it lies in the band.
@@ -673,11 +741,20 @@ impl Assembler {
             .bufs
             .iter()
             .zip(&self.read.leaves)
-            .filter_map(|(b, lr)| {
-                lr.resident.as_deref().or(b.as_ref()).map(|buf| LeafInput {
-                    buf,
-                    offset: lr.offset,
-                    strides: lr.strides.clone(),
+            .zip(&self.views)
+            .filter_map(|((b, lr), view)| {
+                let buf = lr.resident.as_deref().or(b.as_ref())?;
+                Some(match view {
+                    Some(v) => LeafInput {
+                        buf,
+                        offset: v.offset,
+                        strides: v.strides.clone(),
+                    },
+                    None => LeafInput {
+                        buf,
+                        offset: lr.offset,
+                        strides: lr.strides.clone(),
+                    },
                 })
             })
             .collect())
@@ -703,6 +780,21 @@ impl Assembler {
             );
             return Some(out);
         }
-        self.bufs.get_mut(l).and_then(|b| b.take())
+        let values = self.bufs.get_mut(l).and_then(|b| b.take())?;
+        let Some(view) = self.views.get_mut(l).and_then(|v| v.take()) else {
+            return Some(values);
+        };
+        // A box read in place: its values copied out of the chunk.
+        let dtype = values.dtype();
+        let mut out = Buffer::for_overwrite(dtype, lr.bbox.len() as usize);
+        copy_region(
+            values.bytes(),
+            &view.chunk,
+            out.bytes_mut(),
+            &lr.bbox,
+            &lr.bbox,
+            dtype.size(),
+        );
+        Some(out)
     }
 }
