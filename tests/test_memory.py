@@ -114,6 +114,61 @@ def test_sum_reduction_bounded(
     assert np.all(np.abs(out - expected) <= 1e-5 * magnitude + 1e-6)
 
 
+def anomaly_sums_plan(source: Path, target: Path) -> dict[str, Any]:
+    """(x - x.mean(axis=0)).sum(axis=(1, 2)): two stages that read x."""
+    return {
+        "name": "memory-anomaly",
+        "arrays": [{"id": "x", "zarr": str(source)}],
+        "ops": [
+            {"id": "m", "op": "reduce", "input": "x", "func": "mean", "axes": [0]},
+            {
+                "id": "a",
+                "op": "elementwise",
+                "inputs": ["x", "m"],
+                "expr": {"op": "subtract", "args": [{"input": 0}, {"input": 1}]},
+            },
+            {"id": "s", "op": "reduce", "input": "a", "func": "sum", "axes": [1, 2]},
+            {"id": "out", "op": "write", "input": "s", "target": str(target)},
+        ],
+    }
+
+
+def test_chunks_kept_for_a_later_stage_stay_in_the_budget(
+    cli: Cli, big_source: Path, baseline_rss: int, tmp_path: Path
+) -> None:
+    """The anomaly's second stage reads x again: the first keeps the chunks it decodes for
+    it, within a share of the budget. Under 48MB most are read and decoded twice and the
+    peak stays under the bound; under 1GB every chunk is decoded once."""
+    mean = np.zeros(SHAPE[1:], dtype=np.float64)
+    for t0 in range(0, SHAPE[0], SLAB):
+        mean += slab_values(t0, t0 + SLAB).astype(np.float64).sum(axis=0)
+    mean /= SHAPE[0]
+    expected = np.concatenate(
+        [
+            (slab_values(t0, t0 + SLAB).astype(np.float64) - mean).sum(axis=(1, 2))
+            for t0 in range(0, SHAPE[0], SLAB)
+        ]
+    )
+    x_bytes = int(np.prod(SHAPE)) * 4
+    mean_bytes = int(np.prod(SHAPE[1:])) * 4
+    decoded = {}
+    for max_mem in (MAX_MEM, "1GB"):
+        target = tmp_path / f"anomaly-{max_mem}.zarr"
+        plan = cli.write_plan(anomaly_sums_plan(big_source, target))
+        result = cli("run", plan, "--max-mem", max_mem, "--json", measure_rss=True)
+        summary = result.json()
+        check_summary(summary)
+        if max_mem == MAX_MEM:
+            limit = bound(summary, baseline_rss)
+            print(report("anomaly", result.peak_rss, limit, baseline_rss))
+            assert result.peak_rss < limit, report("anomaly", result.peak_rss, limit, baseline_rss)
+        out = np.asarray(open_zarr(target)[...])
+        np.testing.assert_allclose(out, expected, rtol=0, atol=0.05)
+        decoded[max_mem] = summary["decoded_bytes"]
+    assert decoded["1GB"] == x_bytes + mean_bytes, decoded
+    assert x_bytes + mean_bytes < decoded[MAX_MEM] <= 2 * x_bytes + mean_bytes, decoded
+
+
 # (50, 64, 64) and (10, 1024, 32) go through an intermediate array; (50, 512, 512) is
 # encoded as streams, four 50 MiB chunks open at once (each input chunk decoded once).
 @pytest.mark.parametrize("target_chunks", [(50, 64, 64), (10, 1024, 32), (50, 512, 512)])

@@ -110,9 +110,9 @@ def test_info_and_plans_over_s3(
 def test_an_s3_array_two_stages_read_is_fetched_once(
     source: tuple[str, np.ndarray], s3_server: S3Server, cli: Cli, tmp_path: Path
 ) -> None:
-    """The anomaly reads x for its time mean, then again to subtract it: x, in a store where
-    every read is a round trip, is held in memory between the two stages and each of its
-    chunks is fetched once. Under a budget too small to hold it, each is fetched twice."""
+    """The anomaly reads x for its time mean, then again to subtract it: the first stage
+    keeps the chunks it decodes for the second, so each is fetched once. Under a budget too
+    small to keep them, each is fetched twice."""
     url, data = source
     plan = Path(__file__).resolve().parents[1] / "plans" / "era5-anomaly.json"
     want = data - data.astype("float64").mean(axis=0, keepdims=True)
@@ -126,7 +126,7 @@ def test_an_s3_array_two_stages_read_is_fetched_once(
 
     held = chunk_gets("256MB", "held.zarr")
     assert len(held) == len(set(held)) == SHAPE[0], held
-    # x is 57,600 bytes: a quarter of a 200 kB budget cannot hold it beside the tasks.
+    # x is 57,600 bytes: a quarter of a 200 kB budget cannot keep its chunks.
     twice = chunk_gets("200kB", "twice.zarr")
     assert len(twice) == 2 * SHAPE[0] and len(set(twice)) == SHAPE[0], twice
 

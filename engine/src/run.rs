@@ -14,6 +14,7 @@ use crate::array::buffer::copy_region;
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::{Error, Result, ResultExt};
 use crate::exec::bands::{BandGroup, BlockBoxes};
+use crate::exec::chunk_cache::ChunkCache;
 use crate::exec::ops::{compute, reduce};
 use crate::exec::{resident, Budget, Progress, Scheduler};
 use crate::kernels::device::{Device, DeviceKernel, Placement};
@@ -644,16 +645,31 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         })
         .collect();
     let mut stage_names = Vec::new();
-    // Materials held in memory across stages (see `resident::read_again`), each with the last
-    // stage that reads it.
-    let mut held: Vec<(usize, resident::SharedLeaves)> = Vec::new();
+    // Materials whose decoded chunks are kept for later stages (see `exec::chunk_cache`),
+    // each with the last stage that reads them.
+    let mut caching: Vec<(usize, usize)> = Vec::new();
+    let drop_caches = |caching: &mut Vec<(usize, usize)>, keep: &dyn Fn(usize, usize) -> bool| {
+        caching.retain(|&(mat, last)| {
+            let kept = keep(mat, last);
+            if !kept {
+                arrays[mat].set_chunk_cache(None);
+            }
+            kept
+        });
+    };
     for (at, stage) in physical.stages.iter().enumerate() {
         // A stage read in bands holds its bands and nothing else: its budget checks count
         // only them and their tasks.
         let banded = banded_stage(stage, &arrays, task_budget, batch_limit, workers)?;
         if banded.is_some() {
             // Its bands were sized for the whole budget.
-            held.clear();
+            drop_caches(&mut caching, &|_, _| false);
+        }
+        if let Stage::Stream { input, .. } = stage {
+            // A copy stage reads the chunks it copies itself.
+            drop_caches(&mut caching, &|mat, _| {
+                input.leaves.iter().all(|l| l.mat != mat)
+            });
         }
         let resumed_out = stage_output(stage).filter(|&o| resumed[o]);
         let result = match (banded, stage) {
@@ -702,46 +718,53 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 let largest_of = |tasks: &[crate::exec::task::Task]| {
                     tasks.iter().map(|t| t.memory).max().unwrap_or(0)
                 };
-                let held_bytes = |held: &[(usize, resident::SharedLeaves)]| -> u64 {
-                    held.iter().map(|(_, h)| h.bytes()).sum()
+                let cached_bytes = |caching: &[(usize, usize)]| -> u64 {
+                    caching
+                        .iter()
+                        .filter_map(|&(mat, _)| arrays[mat].chunk_cache())
+                        .map(|c| c.bytes())
+                        .sum()
                 };
-                // Arrays held for later stages stay only while this stage's tasks fit beside
+                // Chunks kept for later stages stay only while this stage's tasks fit beside
                 // them; else they go, and the tasks read their chunks themselves.
-                if largest_of(&tasks).saturating_add(held_bytes(&held)) > task_budget {
-                    held.clear();
+                if largest_of(&tasks).saturating_add(cached_bytes(&caching)) > task_budget {
+                    drop_caches(&mut caching, &|_, _| false);
                     (name, tasks) = tasks_of()?;
                 }
-                // What this stage reads and later stages read again is loaded once and held
-                // (within a quarter of the budget, beside the stage's largest task).
+                // The chunks of what this stage reads and later stages read again are kept
+                // as this stage decodes them, within a quarter of the budget, leaving room
+                // for one of the stage's largest tasks per worker.
                 let largest = largest_of(&tasks);
-                let in_use = held_bytes(&held);
-                let hold_limit = (task_budget / 4)
+                let in_use = cached_bytes(&caching);
+                let running = largest.saturating_mul(workers as u64);
+                let mut cache_room = (task_budget / 4)
                     .saturating_sub(in_use)
-                    .min(task_budget.saturating_sub(largest.saturating_add(in_use)));
-                let hold = resident::to_hold(
-                    &resident::read_again(&physical.stages, at),
-                    &arrays,
-                    hold_limit,
-                );
-                let mut loads = Vec::new();
-                let mut holding = Vec::new();
-                for (mat, last) in hold {
-                    let (load, shared) = resident::load_tasks(&[mat], &arrays, batch_limit)?;
-                    loads.extend(load);
-                    holding.push((last, shared));
+                    .min(task_budget.saturating_sub(running.saturating_add(in_use)));
+                let mut assigned = 0u64;
+                let mut started = Vec::new();
+                for (mat, last) in resident::read_again(&physical.stages, at) {
+                    let arr = &arrays[mat];
+                    let bytes = arr.shape().iter().product::<u64>() * arr.dtype().size() as u64;
+                    if arr.chunk_cache().is_some() || arr.resident().is_some() || cache_room == 0 {
+                        continue;
+                    }
+                    let limit = bytes.min(cache_room);
+                    cache_room -= limit;
+                    assigned += limit;
+                    arr.set_chunk_cache(Some(Arc::new(ChunkCache::new(limit))));
+                    caching.push((mat, last));
+                    started.push(mat);
                 }
+                // What the caches may still take this stage.
+                let largest = largest.saturating_add(in_use + assigned);
                 // Small arrays that the stage's tasks would each read again are loaded once
                 // and shared; the stage's tasks must still fit beside them.
-                let share_limit = (task_budget / 8).min(
-                    task_budget.saturating_sub(largest.saturating_add(held_bytes(&holding) + in_use)),
-                );
+                let share_limit = (task_budget / 8).min(task_budget.saturating_sub(largest));
                 let mats = resident::worth_sharing(stage_input(stage), &arrays, share_limit);
                 let (load, _shared) = resident::load_tasks(&mats, &arrays, batch_limit)?;
-                loads.extend(load);
-                if !loads.is_empty() && engine.check_fits(&loads).is_ok() {
-                    progress.add_tasks(loads.len() as u64);
-                    engine.scheduler.run(loads)?;
-                    held.extend(holding);
+                if !load.is_empty() && engine.check_fits(&load).is_ok() {
+                    progress.add_tasks(load.len() as u64);
+                    engine.scheduler.run(load)?;
                     (name, tasks) = tasks_of()?;
                 }
                 if let Some(out) = resumed_out {
@@ -749,12 +772,23 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                     let done = skip_done(&mut tasks, &arrays[out])?;
                     name = format!("{name} (resumed: {done} of {total} tasks were done)");
                 }
-                stage_names.push(name);
                 progress.add_tasks(tasks.len() as u64);
-                engine.scheduler.run(tasks)
+                let ran = engine.scheduler.run(tasks);
+                for mat in started {
+                    let kept = arrays[mat].chunk_cache().map_or(0, |c| c.bytes());
+                    if kept > 0 {
+                        name = format!(
+                            "{name} (kept {} of {}'s decoded chunks for a later stage)",
+                            crate::exec::memory::human_bytes(kept),
+                            arrays[mat].name()
+                        );
+                    }
+                }
+                stage_names.push(name);
+                ran
             }
         };
-        held.retain(|(last, _)| *last > at);
+        drop_caches(&mut caching, &|_, last| last > at);
         if let Err(e) = result {
             // Chunks streamed in parts that did not finish never appear.
             if let Some(out) = stage_output(stage) {

@@ -101,6 +101,20 @@ impl Budget {
         }))
     }
 
+    /// Reserves `bytes` when they fit under the limit now; `None` otherwise (never waits).
+    pub fn try_reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
+        let mut used = self.used.lock().ok()?;
+        if *used + bytes > self.limit {
+            return None;
+        }
+        *used += bytes;
+        self.lend_rest(*used);
+        Some(Reservation {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+
     fn release(&self, bytes: u64) {
         if let Ok(mut used) = self.used.lock() {
             *used = used.saturating_sub(bytes);
@@ -129,6 +143,11 @@ impl Reservation {
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// A new reservation of `bytes` from the same budget when they fit under its limit now.
+    pub fn try_another(&self, bytes: u64) -> Option<Reservation> {
+        self.budget.try_reserve(bytes)
     }
 
     /// Moves up to `bytes` of this reservation into a new one (for state that outlives the

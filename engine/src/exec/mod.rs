@@ -1,6 +1,7 @@
 //! Execution: the scheduler, the memory budget, tasks, progress and cancellation.
 
 pub mod bands;
+pub mod chunk_cache;
 pub mod cpu_cache;
 pub mod memory;
 pub mod ops;

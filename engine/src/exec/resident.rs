@@ -40,41 +40,6 @@ impl SharedLeaves {
     pub fn is_empty(&self) -> bool {
         self.arrays.is_empty()
     }
-
-    /// Decoded bytes of the arrays held.
-    pub fn bytes(&self) -> u64 {
-        self.arrays.iter().map(|a| array_bytes(a)).sum()
-    }
-}
-
-/// Of `candidates` (materials, each with the last stage that reads it; see [`read_again`]),
-/// those worth holding, not held already, that fit `limit` bytes in all, in order. Worth
-/// holding are arrays in stores where each read pays a network round trip: reading them
-/// again costs more than holding them. A local array is read again instead: decoding its
-/// chunks a second time streams them through the cache, as fast as a pass over the decoded
-/// array in memory, and needs no memory (an anomaly of a (64, 721, 1440) float32 zstd array
-/// in chunks (24, 181, 360) on 2 cores: 0.28 s read twice, 0.25 to 0.30 s held, of which 0.2
-/// s goes to the load: decode, page faults, copies into place).
-pub fn to_hold(
-    candidates: &[(usize, usize)],
-    arrays: &[Arc<ZarrArray>],
-    limit: u64,
-) -> Vec<(usize, usize)> {
-    let mut total = 0u64;
-    candidates
-        .iter()
-        .filter(|(mat, _)| {
-            let arr = &arrays[*mat];
-            let bytes = array_bytes(arr);
-            let fits =
-                arr.store().latency_bound() && arr.resident().is_none() && total + bytes <= limit;
-            if fits {
-                total += bytes;
-            }
-            fits
-        })
-        .copied()
-        .collect()
 }
 
 /// Decoded bytes of the whole of `arr`.
@@ -142,9 +107,10 @@ pub fn load_tasks(
 
 /// Materials that stage `at` of `stages` reads through plain leaves and that later stages
 /// read the same way again before anything writes them, each with the last of those
-/// stages: held in memory from stage `at` through that one, they are read and decoded once
-/// instead of once per stage (an anomaly's input, read for its mean and again to subtract
-/// it). A copy stage that reads a material ends its run of readers: it reads chunks itself.
+/// stages: their chunks kept from stage `at` through that one (see `exec::chunk_cache`),
+/// they are read and decoded once instead of once per stage (an anomaly's input, read for
+/// its mean and again to subtract it). A copy stage that reads a material ends its run of
+/// readers: it reads chunks itself.
 pub fn read_again(stages: &[Stage], at: usize) -> Vec<(usize, usize)> {
     let Some(stage) = stages.get(at) else {
         return Vec::new();
@@ -152,10 +118,9 @@ pub fn read_again(stages: &[Stage], at: usize) -> Vec<(usize, usize)> {
     let reads = |input: &Fused, mat: usize| input.leaves.iter().any(|l| l.mat == mat);
     let plain_reads = |s: &Stage, mat: usize| match s {
         Stage::Stream { .. } => false,
-        Stage::Compute { input, .. } | Stage::Reduce { input, .. } => input
-            .leaves
-            .iter()
-            .any(|l| l.mat == mat && l.is_plain()),
+        Stage::Compute { input, .. } | Stage::Reduce { input, .. } => {
+            input.leaves.iter().any(|l| l.mat == mat && l.is_plain())
+        }
     };
     let writes = |s: &Stage, mat: usize| match s {
         Stage::Compute { out, .. } | Stage::Stream { out, .. } | Stage::Reduce { out, .. } => {
@@ -442,7 +407,9 @@ impl Processor for BandProcessor {
         }
         match self.holder {
             Holder::Whole => self.arr.set_resident(Some(Arc::new(values))),
-            Holder::Band => self.arr.set_resident_band(Some((self.band, Arc::new(values)))),
+            Holder::Band => self
+                .arr
+                .set_resident_band(Some((self.band, Arc::new(values)))),
         }
         Ok(Vec::new())
     }

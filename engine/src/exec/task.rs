@@ -82,6 +82,12 @@ impl<'a> TaskContext<'a> {
         self.reservation.as_mut().map(|r| r.split(bytes))
     }
 
+    /// More of the task's budget, `bytes` of it, for state that outlives the task, when the
+    /// budget has room for them now (never waits).
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        self.reservation.as_ref()?.try_another(bytes)
+    }
+
     /// Records decoded bytes for the metrics.
     pub fn add_decoded(&self, bytes: u64) {
         self.progress

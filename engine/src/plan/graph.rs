@@ -1370,7 +1370,10 @@ mod tests {
             sliced_chunks(&axis, 1, 7, 3).unwrap().sizes(),
             vec![1, 1, 1]
         );
-        assert_eq!(sliced_chunks(&axis, 0, 1, 20).unwrap().sizes(), axis.sizes());
+        assert_eq!(
+            sliced_chunks(&axis, 0, 1, 20).unwrap().sizes(),
+            axis.sizes()
+        );
         assert_eq!(sliced_chunks(&axis, 4, 1, 5).unwrap().sizes(), vec![2, 3]);
     }
 

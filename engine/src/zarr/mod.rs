@@ -45,6 +45,8 @@ pub struct ZarrArray {
     resident: std::sync::Mutex<Option<Arc<Buffer>>>,
     /// The values of one region (a band), decoded, while a stage's FFT tasks read it.
     band: std::sync::Mutex<Option<(Region, Arc<Buffer>)>>,
+    /// Decoded chunks kept for a later stage, while one is (see `exec::chunk_cache`).
+    cache: std::sync::Mutex<Option<Arc<crate::exec::chunk_cache::ChunkCache>>>,
     /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone,
     /// and the grid of those inner chunks.
     shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
@@ -383,6 +385,7 @@ impl ZarrArray {
             fast,
             fast_encode,
             resident: std::sync::Mutex::new(None),
+            cache: std::sync::Mutex::new(None),
             band: std::sync::Mutex::new(None),
             shard,
             inner_reads: false,
@@ -651,6 +654,18 @@ impl ZarrArray {
     pub fn set_resident_band(&self, band: Option<(Region, Arc<Buffer>)>) {
         if let Ok(mut b) = self.band.lock() {
             *b = band;
+        }
+    }
+
+    /// The cache that keeps this array's decoded chunks for a later stage, if any.
+    pub fn chunk_cache(&self) -> Option<Arc<crate::exec::chunk_cache::ChunkCache>> {
+        self.cache.lock().ok().and_then(|c| c.clone())
+    }
+
+    /// Keeps decoded chunks in `cache` from now on, or with `None` lets them go.
+    pub fn set_chunk_cache(&self, cache: Option<Arc<crate::exec::chunk_cache::ChunkCache>>) {
+        if let Ok(mut c) = self.cache.lock() {
+            *c = cache;
         }
     }
 

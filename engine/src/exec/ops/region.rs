@@ -85,6 +85,9 @@ pub struct LeafRead {
     pub reversed: Vec<usize>,
     /// How the leaf's view maps the region's axes to its material's.
     pub view: Vec<ViewAxis>,
+    /// The decoded chunks overlapping `read_box`, with their regions, when an earlier stage
+    /// kept all of them (see `exec::chunk_cache`): nothing is read then.
+    pub cached: Vec<(Region, Arc<Buffer>)>,
 }
 
 impl LeafRead {
@@ -207,7 +210,19 @@ impl RegionRead {
                 };
                 let strides = leaf_strides(&leaf.view.axes, &bs, region.rank());
                 let held = resident.is_some() || band.is_some();
-                let chunks = if bbox.is_empty() || read_box.is_empty() || held {
+                let cached = match (held, leaf.is_plain(), arr.chunk_cache()) {
+                    (false, true, Some(cache)) if !read_box.is_empty() => {
+                        let grid = arr.read_grid();
+                        grid.chunks_overlapping(&read_box)
+                            .into_iter()
+                            .map(|idx| Some((grid.chunk_region(&idx), cache.get(&idx)?)))
+                            .collect::<Option<Vec<_>>>()
+                            .unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                };
+                let chunks = if bbox.is_empty() || read_box.is_empty() || held || !cached.is_empty()
+                {
                     Vec::new()
                 } else if let Some(c) = &leaf.concat {
                     joined_chunks(c, arrays, &read_box)
@@ -236,6 +251,7 @@ impl RegionRead {
                     in_bands: leaf.band.is_some(),
                     reversed,
                     view: leaf.view.axes.clone(),
+                    cached,
                 }
             })
             .collect();
@@ -417,9 +433,11 @@ fn cut_to_leaf(out: Block, lr: &LeafRead, fft: &LeafFft) -> Buffer {
     cut
 }
 
-/// A chunk as accepted: decoded values, or the bytes read when they are the values already.
+/// A chunk as accepted: decoded values (kept for a later stage, or not), or the bytes read
+/// when they are the values already.
 enum Decoded {
     Values(Buffer),
+    Shared(Arc<Buffer>),
     Raw(crate::store::Value),
 }
 
@@ -427,6 +445,7 @@ impl Decoded {
     fn bytes(&self) -> &[u8] {
         match self {
             Decoded::Values(b) => b.bytes(),
+            Decoded::Shared(b) => b.bytes(),
             Decoded::Raw(v) => v,
         }
     }
@@ -488,8 +507,36 @@ pub struct Assembler {
 /// A leaf read where its values lie in one decoded chunk.
 struct InPlace {
     chunk: Region,
+    values: Arc<Buffer>,
     offset: usize,
     strides: Vec<usize>,
+}
+
+impl InPlace {
+    /// Leaf `lr` read from `values`, the decoded chunk over `chunk`, which holds its box.
+    fn new(lr: &LeafRead, chunk: Region, values: Arc<Buffer>) -> InPlace {
+        let chunk_strides = c_strides(&chunk.shape);
+        let offset: u64 = (0..chunk.rank())
+            .map(|d| (lr.bbox.start[d] - chunk.start[d]) * chunk_strides[d])
+            .sum();
+        let strides = leaf_strides(&lr.view, &chunk_strides, lr.strides.len());
+        InPlace {
+            chunk,
+            values,
+            offset: offset as usize,
+            strides,
+        }
+    }
+}
+
+/// Whether leaf `lr` may be read where its box lies in one chunk over `chunk`.
+fn readable_in_place(lr: &LeafRead, chunk: &Region) -> bool {
+    lr.fft.is_none()
+        && lr.concat.is_none()
+        && lr.band.is_none()
+        && lr.resident.is_none()
+        && lr.reversed.is_empty()
+        && chunk.contains(&lr.read_box)
 }
 
 impl Assembler {
@@ -526,6 +573,7 @@ impl Assembler {
         let single = self.read.leaves.len() == 1
             && self.read.leaves[0].fft.is_none()
             && !self.read.leaves[0].in_bands
+            && self.read.leaves[0].cached.is_empty()
             && self.read.leaves[0].direct(arrays);
         if single {
             self.kept = Some(Vec::new());
@@ -601,26 +649,48 @@ impl Assembler {
                 self.in_place
                     && !whole
                     && lr.chunks.len() == 1
-                    && lr.fft.is_none()
-                    && lr.concat.is_none()
-                    && lr.band.is_none()
-                    && lr.resident.is_none()
-                    && lr.reversed.is_empty()
-                    && matches!(placement, Placement::Direct(r) if r.contains(&lr.read_box))
+                    && matches!(placement, Placement::Direct(r) if readable_in_place(lr, r))
             })
+            .collect();
+        // Chunks a later stage reads again are kept (not when kept for plain copies here).
+        let caches: Vec<_> = pairs
+            .iter()
+            .map(|(_, c)| (!keeps).then(|| arrays[c.mat].chunk_cache()).flatten())
             .collect();
         let decoded: Vec<Result<Decoded>> = data
             .into_par_iter()
             .zip(pairs.par_iter().zip(placed.par_iter()))
-            .map(|(bytes, ((_, c), (_, whole)))| {
+            .zip(caches.par_iter())
+            .map(|((bytes, ((_, c), (_, whole))), cache)| {
                 let arr = &arrays[c.mat];
                 // Uncompressed chunks (intermediates) are copied into the leaf's buffer
                 // straight from the bytes read, not first into a buffer of their own.
                 match bytes {
-                    Some(v) if !keeps && !*whole && arr.raw_values(&c.idx, &v).is_some() => {
+                    Some(v)
+                        if !keeps
+                            && !*whole
+                            && cache.is_none()
+                            && arr.raw_values(&c.idx, &v).is_some() =>
+                    {
                         Ok(Decoded::Raw(v))
                     }
-                    bytes => arr.decode_read(&c.idx, bytes).map(Decoded::Values),
+                    bytes => {
+                        let values = arr.decode_read(&c.idx, bytes)?;
+                        Ok(match cache {
+                            Some(cache) => {
+                                let shared = Arc::new(values);
+                                if cache.offer(&c.idx, &shared, ctx) {
+                                    Decoded::Shared(shared)
+                                } else {
+                                    match Arc::try_unwrap(shared) {
+                                        Ok(values) => Decoded::Values(values),
+                                        Err(shared) => Decoded::Shared(shared),
+                                    }
+                                }
+                            }
+                            None => Decoded::Values(values),
+                        })
+                    }
                 }
             })
             .collect();
@@ -643,17 +713,14 @@ impl Assembler {
                     continue;
                 }
                 (Decoded::Values(buf), Placement::Direct(chunk)) if in_place => {
-                    let chunk_strides = c_strides(&chunk.shape);
-                    let offset: u64 = (0..chunk.rank())
-                        .map(|d| (lr.bbox.start[d] - chunk.start[d]) * chunk_strides[d])
-                        .sum();
-                    let strides = leaf_strides(&lr.view, &chunk_strides, lr.strides.len());
-                    self.views[*l] = Some(InPlace {
-                        chunk: chunk.clone(),
-                        offset: offset as usize,
-                        strides,
-                    });
-                    self.bufs[*l] = Some(buf);
+                    self.views[*l] = Some(InPlace::new(lr, chunk.clone(), Arc::new(buf)));
+                    continue;
+                }
+                // A kept chunk that is the leaf's box, or holds it, is read where it lies.
+                (Decoded::Shared(buf), Placement::Direct(chunk))
+                    if lr.chunks.len() == 1 && readable_in_place(lr, chunk) =>
+                {
+                    self.views[*l] = Some(InPlace::new(lr, chunk.clone(), buf));
                     continue;
                 }
                 (other, _) => other,
@@ -695,6 +762,31 @@ impl Assembler {
             let lr = &self.read.leaves[l];
             if lr.resident.is_some() || self.views[l].is_some() {
                 continue;
+            }
+            // Chunks an earlier stage kept: the box is read where it lies in one, else copied
+            // out of them.
+            if b.is_none() && !lr.cached.is_empty() {
+                if let [(chunk, values)] = lr.cached.as_slice() {
+                    if readable_in_place(lr, chunk) {
+                        self.views[l] = Some(InPlace::new(lr, chunk.clone(), values.clone()));
+                        continue;
+                    }
+                }
+                let arr = &arrays[lr.mat];
+                let mut buf = leaf_buffer(lr, arr);
+                for (chunk, values) in &lr.cached {
+                    if let Some(overlap) = chunk.intersect(&lr.read_box) {
+                        copy_region(
+                            values.bytes(),
+                            chunk,
+                            buf.bytes_mut(),
+                            &lr.read_box,
+                            &overlap,
+                            arr.dtype().size(),
+                        );
+                    }
+                }
+                *b = Some(buf);
             }
             // An FFT read from a band transforms the box where it lies in the band.
             if let (None, Some(band), Some(fft), false) =
@@ -742,20 +834,17 @@ impl Assembler {
             .iter()
             .zip(&self.read.leaves)
             .zip(&self.views)
-            .filter_map(|((b, lr), view)| {
-                let buf = lr.resident.as_deref().or(b.as_ref())?;
-                Some(match view {
-                    Some(v) => LeafInput {
-                        buf,
-                        offset: v.offset,
-                        strides: v.strides.clone(),
-                    },
-                    None => LeafInput {
-                        buf,
-                        offset: lr.offset,
-                        strides: lr.strides.clone(),
-                    },
-                })
+            .filter_map(|((b, lr), view)| match view {
+                Some(v) => Some(LeafInput {
+                    buf: &v.values,
+                    offset: v.offset,
+                    strides: v.strides.clone(),
+                }),
+                None => lr.resident.as_deref().or(b.as_ref()).map(|buf| LeafInput {
+                    buf,
+                    offset: lr.offset,
+                    strides: lr.strides.clone(),
+                }),
             })
             .collect())
     }
@@ -780,11 +869,16 @@ impl Assembler {
             );
             return Some(out);
         }
-        let values = self.bufs.get_mut(l).and_then(|b| b.take())?;
         let Some(view) = self.views.get_mut(l).and_then(|v| v.take()) else {
-            return Some(values);
+            return self.bufs.get_mut(l).and_then(|b| b.take());
         };
-        // A box read in place: its values copied out of the chunk.
+        // A box read in place: the chunk itself when it is the box and nothing else holds
+        // it, else its values copied out of the chunk.
+        let values = match Arc::try_unwrap(view.values) {
+            Ok(values) if view.chunk == lr.bbox => return Some(values),
+            Ok(values) => Arc::new(values),
+            Err(shared) => shared,
+        };
         let dtype = values.dtype();
         let mut out = Buffer::for_overwrite(dtype, lr.bbox.len() as usize);
         copy_region(
