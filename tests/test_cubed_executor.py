@@ -166,6 +166,42 @@ def test_user_function_runs_in_python_and_the_rest_natively(tmp_path: Path, spec
     assert stats.engine_io_tasks == 4
 
 
+@pytest.mark.parametrize("index", ["standard", "big-endian"])
+def test_user_function_over_a_sharded_array(tmp_path: Path, spec: Any, index: str) -> None:
+    """A user function over a sharded array (as RustExecutor writes large intermediates, or
+    zarr-python with shards): the engine reads the inner chunks Cubed's tasks name, each
+    with one ranged read. A shard index the engine does not read itself (big-endian) leaves
+    the op to Cubed's own task function. Values are right either way."""
+    a = np.arange(96.0).reshape(8, 12)
+    url = str(tmp_path / "x.zarr")
+    index_codecs = {
+        "standard": (zarr.codecs.BytesCodec(), zarr.codecs.Crc32cCodec()),
+        "big-endian": (zarr.codecs.BytesCodec(endian="big"),),
+    }[index]
+    z = zarr.create_array(
+        url,
+        shape=a.shape,
+        dtype=a.dtype,
+        serializer=zarr.codecs.ShardingCodec(
+            chunk_shape=(2, 3),
+            codecs=[zarr.codecs.BytesCodec(), zarr.codecs.ZstdCodec()],
+            index_codecs=index_codecs,
+        ),
+        compressors=None,
+        chunks=(4, 6),
+    )
+    z[...] = a
+    x = cubed.from_zarr(url, spec=spec)
+    assert x.chunksize == (2, 3)
+    y = cubed.map_blocks(lambda b, block_id=None: b * 2 + block_id[1], x, dtype=x.dtype)
+    executor = RustExecutor()
+    want = a * 2 + np.repeat(np.arange(4.0), 3)[None, :]
+    np.testing.assert_array_equal(y.compute(executor=executor), want)
+    stats = executor.last_stats
+    assert stats.python_tasks == 16, stats
+    assert stats.engine_io_tasks == (16 if index == "standard" else 0), stats
+
+
 def test_python_ops_with_virtual_inputs_run_through_the_engine(tmp_path: Path, spec: Any) -> None:
     """block_id (Cubed's offsets array) and a small in-memory operand are served in Python."""
     a = np.arange(30.0).reshape(5, 6)

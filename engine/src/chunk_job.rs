@@ -25,18 +25,35 @@ pub struct ChunkJob {
     pub function: Arc<dyn ChunkFunction>,
 }
 
-fn open_unsharded(url: &str, name: String, io_threads: usize) -> Result<Arc<ZarrArray>> {
+/// Opens the array at `url` for a chunk job, read chunk by chunk: a sharded input by its
+/// inner chunks (the chunks its readers see), which needs a shard index the engine reads
+/// itself. The target, written whole chunk by whole chunk, must not be sharded.
+fn open_for_job(
+    url: &str,
+    name: String,
+    io_threads: usize,
+    target: bool,
+) -> Result<Arc<ZarrArray>> {
     let store = open_store(url, io_threads)?;
-    let arr = ZarrArray::open(store).array_ctx(&name)?.with_name(&name);
-    if arr.info().shards.is_some() {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            "chunk functions over sharded arrays are not supported yet",
-        )
-        .with_array(&name)
-        .with_store(url));
+    let arr = ZarrArray::open(store)
+        .array_ctx(&name)?
+        .with_name(&name)
+        .with_inner_reads();
+    let refused = match (arr.info().shards.is_some(), target) {
+        (false, _) => None,
+        (true, true) => Some("chunk functions cannot write sharded arrays yet"),
+        (true, false) if arr.shard_layout().is_none() => Some(
+            "chunk functions read sharded arrays only with the standard shard index (bytes, \
+             optionally crc32c) and no codecs outside the sharding codec",
+        ),
+        (true, false) => None,
+    };
+    match refused {
+        Some(msg) => Err(Error::new(ErrorKind::Unsupported, msg)
+            .with_array(&name)
+            .with_store(url)),
+        None => Ok(Arc::new(arr)),
     }
-    Ok(Arc::new(arr))
 }
 
 /// Runs `job` under the budget and threads of `opts`.
@@ -46,9 +63,16 @@ pub fn run_chunk_job(job: ChunkJob, opts: &RunOptions) -> Result<RunSummary> {
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, url)| open_unsharded(url, format!("{} input {i}", job.name), opts.io_threads))
+        .map(|(i, url)| {
+            open_for_job(
+                url,
+                format!("{} input {i}", job.name),
+                opts.io_threads,
+                false,
+            )
+        })
         .collect::<Result<_>>()?;
-    let out = open_unsharded(&job.target, job.name.clone(), opts.io_threads)?;
+    let out = open_for_job(&job.target, job.name.clone(), opts.io_threads, true)?;
     let engine = Engine::new(opts)?;
     let tasks = chunk_fn::tasks(job.tasks, Arc::new(inputs), out, job.function)?;
     engine.check_fits(&tasks)?;

@@ -1,9 +1,10 @@
 """Python ops through the engine: the engine reads, decodes, encodes and writes each chunk; only
 the op's own function (Cubed's fused function around the user's code) runs under the GIL.
 
-An op qualifies when it writes one plain (not structured) local Zarr array, one whole chunk per
-task, and reads only local, unsharded Zarr arrays besides Cubed's virtual inputs (block offsets,
-small in-memory arrays), which are served in Python. Other ops run Cubed's own task function.
+An op qualifies when it writes one plain (not structured), unsharded local Zarr array, one whole
+chunk per task, and reads only local Zarr arrays (sharded ones by their inner chunks) besides
+Cubed's virtual inputs (block offsets, small in-memory arrays), which are served in Python. Other
+ops run Cubed's own task function.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from cubed.primitive.blockwise import (
 )
 from cubed.runtime.types import Callback
 from cubed.storage.virtual import VirtualArray
+from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+from zarr.codecs.bytes import Endian
 
 import chunkfuse
 from chunkfuse.cubed.budget import engine_call
@@ -42,13 +45,29 @@ class EngineOp:
     reads: list[list[tuple[int, tuple[int, ...]]]]
 
 
-def _plain_local(arr: Any) -> str | None:
-    """The URL of a local, unsharded, non-empty Zarr array of a plain dtype, or None."""
+def _plain_local(arr: Any, *, read: bool = False) -> str | None:
+    """The URL of a local, non-empty Zarr array of a plain dtype, or None: unsharded, or for
+    an array only read (`read`), sharded with a shard index the engine reads itself (its
+    inner chunks, which Cubed's tasks name, are then read one by one)."""
     if not isinstance(arr, zarr.Array) or arr.dtype.fields is not None or 0 in arr.shape:
         return None
-    if getattr(arr, "shards", None) is not None:
+    codecs = getattr(arr.metadata, "codecs", ())
+    sharded = any(isinstance(c, ShardingCodec) for c in codecs)
+    if sharded and not (read and _standard_shards(codecs)):
         return None
     return array_url(arr)
+
+
+def _standard_shards(codecs: Sequence[Any]) -> bool:
+    """Whether an array's only codec is sharding with the standard index (little-endian
+    bytes, optionally crc32c), as zarr-python and the engine write it."""
+    if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec):
+        return False
+    index = codecs[0].index_codecs
+    bytes_first = bool(index) and isinstance(index[0], BytesCodec)
+    little = bytes_first and index[0].endian in (None, Endian.little)
+    rest = tuple(type(c) for c in index[1:])
+    return little and rest in ((), (Crc32cCodec,))
 
 
 def prepare(node: dict[str, Any]) -> EngineOp | None:
@@ -83,7 +102,7 @@ def prepare(node: dict[str, Any]) -> EngineOp | None:
                 continue  # served in Python by Cubed's own proxy
             if k.name not in inputs:
                 arr = src.open()
-                url = _plain_local(arr)
+                url = _plain_local(arr, read=True)
                 if url is None:
                     return None
                 inputs[k.name] = (len(urls), arr)

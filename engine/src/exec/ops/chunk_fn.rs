@@ -9,7 +9,6 @@ use rayon::prelude::*;
 use crate::array::Buffer;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
-use crate::store::ReadRequest;
 use crate::zarr::ZarrArray;
 
 /// Computes one output chunk from its decoded input chunks.
@@ -18,7 +17,7 @@ use crate::zarr::ZarrArray;
 /// Python GIL) takes it itself.
 pub trait ChunkFunction: Send + Sync {
     /// `inputs` are the chunks task `task` asked for, in its order, each covering exactly its
-    /// chunk's region. Returns the output chunk's values: `out`'s dtype, its region's length.
+    /// chunk's region (for a sharded input, an inner chunk's). Returns the output chunk's values: `out`'s dtype, its region's length.
     fn call(&self, task: usize, inputs: Vec<Buffer>) -> Result<Buffer>;
 }
 
@@ -27,7 +26,8 @@ pub trait ChunkFunction: Send + Sync {
 pub struct ChunkTask {
     /// The output chunk's index in the target's grid.
     pub out: Vec<u64>,
-    /// Input chunks, in the order the function receives them.
+    /// Input chunks, in the order the function receives them (inner chunks of a sharded
+    /// input).
     pub reads: Vec<(usize, Vec<u64>)>,
 }
 
@@ -50,7 +50,7 @@ impl Processor for ChunkFnProcessor {
         let decoded: Vec<Buffer> = data
             .into_par_iter()
             .zip(self.spec.reads.par_iter())
-            .map(|(bytes, (i, idx))| inputs[*i].decode_chunk(idx, bytes))
+            .map(|(bytes, (i, idx))| inputs[*i].decode_read(idx, bytes))
             .collect::<Result<_>>()?;
         for b in &decoded {
             ctx.add_decoded(b.bytes().len() as u64);
@@ -114,17 +114,19 @@ pub fn tasks(
                 let arr = inputs.get(*i).ok_or_else(|| {
                     Error::plan(format!("tasks[{task}].reads[{k}]"), format!("no input {i}"))
                 })?;
-                let g = arr.grid().grid_shape();
+                // Chunks as the array is read: inner chunks of a sharded input.
+                let grid = arr.read_grid();
+                let g = grid.grid_shape();
                 if idx.len() != g.len() || idx.iter().zip(&g).any(|(c, n)| c >= n) {
                     return Err(Error::plan(
                         format!("tasks[{task}].reads[{k}]"),
                         format!("{idx:?} is not a chunk of {}", arr.name()),
                     ));
                 }
-                in_bytes += arr.grid().chunk_region(idx).len() * arr.dtype().size() as u64;
+                in_bytes += grid.chunk_region(idx).len() * arr.dtype().size() as u64;
                 reads.push(ReadOp {
                     store: arr.store().clone(),
-                    req: ReadRequest::whole(arr.chunk_key(idx)),
+                    req: arr.read_request(idx)?,
                 });
             }
             let out_bytes = out.grid().chunk_region(&spec.out).len() * out.dtype().size() as u64;
