@@ -67,6 +67,44 @@ fn fold_lanes(a: f64, vals: &[f64], identity: f64, f: impl Fn(f64, f64) -> f64) 
     chunks.remainder().iter().fold(a, |a, v| f(a, *v))
 }
 
+/// Float values `vals` (reduction indices `i0`, `i0 + step`, ...) folded into consecutive
+/// elements of an argmax (`MAX`) or argmin state: best values `best`, their indices `idx` and
+/// whether each element has a value yet `seen`. The rule of the scalar fold, written without
+/// branches so that it vectorizes: a value replaces the best when the element has none, when
+/// it is better, or when it ties at an earlier index. Without `SKIP` the first NaN wins (as in
+/// numpy), with it NaNs are passed over.
+#[inline(always)]
+fn arg_fold_run<const MAX: bool, const SKIP: bool>(
+    best: &mut [f64],
+    idx: &mut [i64],
+    seen: &mut [bool],
+    vals: &[f64],
+    (i0, step): (i64, i64),
+) {
+    let n = vals.len();
+    let (best, idx, seen) = (&mut best[..n], &mut idx[..n], &mut seen[..n]);
+    for k in 0..n {
+        let (x, cur) = (vals[k], best[k]);
+        let i = i0 + k as i64 * step;
+        let (gt, lt) = if MAX {
+            (x > cur, cur > x)
+        } else {
+            (x < cur, cur < x)
+        };
+        let (xn, cn) = (x.is_nan(), cur.is_nan());
+        let (better, worse) = if SKIP {
+            (cn | gt, !cn & lt)
+        } else {
+            (!cn & (xn | gt), !xn & (cn | lt))
+        };
+        let tie = !better & !worse;
+        let take = (!seen[k] | better | (tie & (i < idx[k]))) & !(SKIP & xn);
+        best[k] = if take { x } else { cur };
+        idx[k] = if take { i } else { idx[k] };
+        seen[k] |= take;
+    }
+}
+
 /// `vals` folded by `f` into the elements of `acc` from `o`, `stride` (at least 1) apart:
 /// one value per element.
 #[inline(always)]
@@ -514,6 +552,17 @@ impl Accumulator {
                     }};
                 }
                 match (best, reg) {
+                    // Consecutive elements: the branch-free rule, which vectorizes.
+                    (Reg::F(b), Reg::F(v)) if at.stride == 1 => {
+                        let (b, idx, seen) = (&mut b[o..], &mut idx[o..], &mut seen[o..]);
+                        let v = &v[..n];
+                        match (is_max, skip_nan) {
+                            (true, false) => arg_fold_run::<true, false>(b, idx, seen, v, index),
+                            (true, true) => arg_fold_run::<true, true>(b, idx, seen, v, index),
+                            (false, false) => arg_fold_run::<false, false>(b, idx, seen, v, index),
+                            (false, true) => arg_fold_run::<false, true>(b, idx, seen, v, index),
+                        }
+                    }
                     (Reg::F(b), Reg::F(v)) if skip_nan => {
                         // NaN values are passed over, as if absent.
                         let better = |x: f64, cur: f64| {
@@ -858,6 +907,51 @@ mod tests {
                         got == chain || (got.is_nan() && chain.is_nan()),
                         "{func:?}: {got} vs {chain}"
                     );
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Float arg-reductions folded over consecutive elements (the branch-free rule) end
+        /// where folding each element alone (the scalar rule) ends: same indices, NaNs and
+        /// ties included, whatever order the tiles come in.
+        #[test]
+        fn consecutive_arg_folds_match_element_by_element(
+            tiles in proptest::collection::vec(
+                (
+                    proptest::collection::vec(
+                        proptest::prop_oneof![
+                            6 => proptest::strategy::Strategy::prop_map(-3i32..3, f64::from),
+                            1 => proptest::strategy::Just(f64::NAN),
+                        ],
+                        4,
+                    ),
+                    0i64..20,
+                ),
+                1..8,
+            ),
+        ) {
+            use ReduceFunc::*;
+            for func in [Argmax, Argmin, NanArgmax, NanArgmin] {
+                let mut run = Accumulator::new(func, DType::F64, 4).unwrap();
+                let mut single = Accumulator::new(func, DType::F64, 4).unwrap();
+                for (vals, at) in &tiles {
+                    run.fold(&Reg::F(vals.clone()), 4, target(0, 1), (*at, 0)).unwrap();
+                    for (k, v) in vals.iter().enumerate() {
+                        // One value on one element: the scalar rule.
+                        single.fold(&Reg::F(vec![*v]), 1, target(k, 0), (*at, 0)).unwrap();
+                    }
+                }
+                let (State::Arg(Reg::F(b1), i1, s1), State::Arg(Reg::F(b2), i2, s2)) =
+                    (&run.state, &single.state)
+                else {
+                    unreachable!()
+                };
+                proptest::prop_assert_eq!(i1, i2, "{:?}", func);
+                proptest::prop_assert_eq!(s1, s2, "{:?}", func);
+                for (x, y) in b1.iter().zip(b2) {
+                    proptest::prop_assert!(x == y || (x.is_nan() && y.is_nan()), "{:?}", func);
                 }
             }
         }
