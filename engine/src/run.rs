@@ -665,12 +665,6 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
             // Its bands were sized for the whole budget.
             drop_caches(&mut caching, &|_, _| false);
         }
-        if let Stage::Stream { input, .. } = stage {
-            // A copy stage reads the chunks it copies itself.
-            drop_caches(&mut caching, &|mat, _| {
-                input.leaves.iter().all(|l| l.mat != mat)
-            });
-        }
         let resumed_out = stage_output(stage).filter(|&o| resumed[o]);
         let result = match (banded, stage) {
             (
@@ -744,11 +738,10 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                 let mut started = Vec::new();
                 for (mat, last) in resident::read_again(&physical.stages, at) {
                     let arr = &arrays[mat];
-                    let bytes = arr.shape().iter().product::<u64>() * arr.dtype().size() as u64;
                     if arr.chunk_cache().is_some() || arr.resident().is_some() || cache_room == 0 {
                         continue;
                     }
-                    let limit = bytes.min(cache_room);
+                    let limit = arr.info().nbytes.min(cache_room);
                     cache_room -= limit;
                     assigned += limit;
                     arr.set_chunk_cache(Some(Arc::new(ChunkCache::new(limit))));

@@ -678,15 +678,11 @@ impl Assembler {
                         let values = arr.decode_read(&c.idx, bytes)?;
                         Ok(match cache {
                             Some(cache) => {
+                                // Shared once the cache holds it, else still the task's own.
                                 let shared = Arc::new(values);
-                                if cache.offer(&c.idx, &shared, ctx) {
-                                    Decoded::Shared(shared)
-                                } else {
-                                    match Arc::try_unwrap(shared) {
-                                        Ok(values) => Decoded::Values(values),
-                                        Err(shared) => Decoded::Shared(shared),
-                                    }
-                                }
+                                cache.offer(&c.idx, &shared, ctx);
+                                Arc::try_unwrap(shared)
+                                    .map_or_else(Decoded::Shared, Decoded::Values)
                             }
                             None => Decoded::Values(values),
                         })
