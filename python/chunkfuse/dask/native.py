@@ -11,9 +11,10 @@ into their target arrays. Everything else runs its Python callable.
 
 from __future__ import annotations
 
+import functools
 import operator
 import tempfile
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +87,8 @@ class Interpreter(ReductionSteps):
     def __init__(self) -> None:
         self.b = IrBuilder()
         self._memo: dict[Any, Full] = {}
+        #: Elementwise result dtypes, by function and operand kinds (see `_operand_kind`).
+        self._typing: dict[Any, tuple[np.dtype, tuple[np.dtype | None, ...]]] = {}
         #: Reductions that dropped their axes, by the result's root (for `x[None, ...]`).
         self._squeezed: dict[str, Red] = {}
         #: Fused tasks that are not native as a whole, with the symbols of the inner steps
@@ -98,26 +101,29 @@ class Interpreter(ReductionSteps):
 
     def node(self, node: Any, env: Mapping[Hashable, Any]) -> Any:
         """The symbol or literal a graph node stands for, given the values of its references."""
-        if isinstance(node, TaskRef):
+        kind = _NODE_KINDS.get(type(node))
+        if kind is None:
+            kind = _NODE_KINDS[type(node)] = _node_kind(node)
+        if kind == "plain":
+            return node
+        if kind == "ref":
             if node.key not in env:
                 raise NotNative(f"{node.key!r} has no symbol")
             return unlit(env[node.key])
-        if isinstance(node, Alias):
+        if kind == "task":
+            return self.task(node, env)
+        if kind == "alias":
             if node.target not in env:
                 raise NotNative(f"{node.target!r} has no symbol")
             if self.joins is not None and node.key in self.joins.joins:
                 return self.joins.block(node.key, env[node.target])
             return unlit(env[node.target])
-        if isinstance(node, DataNode):
+        if kind == "data":
             return self.literal(node.value)
-        if isinstance(node, NestedContainer):
+        if kind == "container":
             items = [self.node(a, env) for a in node.args]
             return items if node.klass is list else node.klass(items)
-        if isinstance(node, Task):
-            return self.task(node, env)
-        if isinstance(node, list | tuple):
-            return type(node)(self.node(a, env) for a in node)
-        return node
+        return type(node)(self.node(a, env) for a in node)
 
     def literal(self, value: Any) -> Any:
         """A stored Zarr array (or one behind xarray's lazy wrappers) as a source."""
@@ -132,9 +138,9 @@ class Interpreter(ReductionSteps):
     def task(self, t: Task, env: Mapping[Hashable, Any]) -> Any:
         if t.func is _execute_subgraph:
             inner, outkey, inkeys, *deps = t.args
-            local = dict(env)
-            for k, d in zip(inkeys, deps, strict=True):
-                local[k] = self.node(d, env)
+            # The subgraph's steps read only each other and its inputs (not a copy of `env`:
+            # that would grow with the graph, once per fused task).
+            local = {k: self.node(d, env) for k, d in zip(inkeys, deps, strict=True)}
             self._subgraph(inner, outkey, local)
             return local[outkey]
         args = [self.node(a, env) for a in t.args]
@@ -194,61 +200,27 @@ class Interpreter(ReductionSteps):
     # -- functions -------------------------------------------------------------------------
 
     def apply(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        import dask.array._shuffle as shuffle
-        import dask.array.chunk as chunk
-        import dask.array.core as core
-        from dask.array.reductions import _concatenate2
-        from toolz.functoolz import Compose
-
-        if func in (core.getter, core.getter_nofancy, core.getter_inline):
-            return self._getter(args, kwargs)
-        if func is core._enforce_dtype:
-            return self._enforced(args, kwargs)
-        if func is core.load_store_chunk:
-            return self._store(args, kwargs)
-        if func is core.finalize and len(args) == 1 and not kwargs:
-            return self._whole(args[0])
+        hashable = is_hashable(func)
+        handler = _direct_handlers().get(func) if hashable else None
+        if handler is not None:
+            return handler(self, args, kwargs)
         if getattr(func, "__module__", None) == "numpy.fft" and func.__name__ in FFTS:
             return self._fft(func.__name__, args, kwargs)
-        if func is chunk.getitem and len(args) == 2 and not kwargs:
-            return self._getitem(*args)
-        if func is np.transpose and len(args) == 1 and set(kwargs) <= {"axes"}:
-            return self._transposed(args[0], kwargs.get("axes"))
-        if func is shuffle._getitem and len(args) == 2 and not kwargs:
-            return self._taken(*args)
-        if func is shuffle.concatenate_arrays and len(args) == 3 and not kwargs:
-            return self._shuffled(*args)
-        if func is core.concatenate_shaped and len(args) == 2 and not kwargs:
-            return self._join(args[0], args[1])
-        if func is chunk.astype:
-            (x,) = args
-            if not isinstance(x, Blk) or set(kwargs) - {"astype_dtype", "casting", "copy"}:
-                raise NotNative("astype with options")
-            return Blk(self._cast(x.full, np.dtype(kwargs["astype_dtype"])), x.region)
-        if func is np.isnan and len(args) == 1 and not kwargs:
-            # x != x holds exactly where x is NaN (never for integers), as isnan does.
-            return self._elementwise(np.not_equal, "not_equal", [args[0], args[0]])
-        if func is np.where and len(args) == 3 and not kwargs:
-            return self._elementwise(np.where, "where", args)
-        if func is np.round and len(args) == 1 and set(kwargs) <= {"decimals"}:
-            return self._rounded(args[0], int(kwargs.get("decimals", 0)))
-        if func is np.clip and len(args) == 3 and not kwargs:
-            # Dask's clip: a missing bound is a one-sided maximum or minimum.
-            x, lo, hi = args
-            if lo is None and hi is not None:
-                return self._elementwise(np.minimum, "minimum", [x, hi])
-            if hi is None and lo is not None:
-                return self._elementwise(np.maximum, "maximum", [x, lo])
-            return self._elementwise(np.clip, "clip", args)
-        if func in FILLS:
-            return self._filled(func, args, kwargs)
-        name = OPERATORS.get(func)
+        name = OPERATORS.get(func) if hashable else None
         if name is None and isinstance(func, np.ufunc):
             name = UFUNCS.get(func.__name__)
         if name is not None:
             if kwargs:
                 raise NotNative("elementwise with keywords")
             return self._elementwise(func, name, args)
+        return self._wrapped(func, args, kwargs)
+
+    def _wrapped(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Dask's reduction steps, fills and casts: partials and compositions of its own
+        functions."""
+        from dask.array.reductions import _concatenate2
+        from toolz.functoolz import Compose
+
         steps = dask_steps()
         base, bound, kw = unwrap(func)
         kw.update(kwargs)
@@ -706,15 +678,21 @@ class Interpreter(ReductionSteps):
         blocks = [a for a in args if isinstance(a, Blk)]
         if not blocks:
             raise NotNative("elementwise of constants")
-        try:
-            shape = tuple(np.broadcast_shapes(*(b.full.shape for b in blocks)))
-        except ValueError as e:
-            raise NotNative("elementwise of shapes that do not broadcast") from e
+        shapes = {b.full.shape for b in blocks}
+        if len(shapes) == 1:
+            (shape,) = shapes
+        else:
+            try:
+                shape = tuple(np.broadcast_shapes(*shapes))
+            except ValueError as e:
+                raise NotNative("elementwise of shapes that do not broadcast") from e
         widest = [b for b in blocks if b.full.shape == shape]
         if not widest:
             raise NotNative("elementwise that broadcasts every operand")
         region = widest[0].region
         for b in blocks:
+            if b.region == region and b.full.shape == shape:
+                continue
             # Each operand's block must be the part of it that broadcasts onto `region`.
             lead = len(shape) - len(b.full.shape)
             want = tuple(
@@ -723,13 +701,16 @@ class Interpreter(ReductionSteps):
             )
             if b.region != want:
                 raise NotNative("elementwise of blocks of different places")
+        kinds = tuple(_operand_kind(a) for a in args)
+        typing = self._typing.get((func, kinds))
+        if typing is None:
+            typing = self._typing[(func, kinds)] = _result_types(func, args, blocks)
+        dtype, weak = typing
         block = tuple(b - a for a, b in region)
         operands: list[Full | Const] = []
-        probes: list[Any] = []
-        for a in args:
+        for a, weak_dtype in zip(args, weak, strict=True):
             if isinstance(a, Blk):
                 operands.append(a.full)
-                probes.append(np.ones(1, dtype=a.full.dtype))
             elif isinstance(a, Filled):
                 # A filled block is a constant, once it is seen to fill no more than the block.
                 try:
@@ -739,19 +720,10 @@ class Interpreter(ReductionSteps):
                 if not fits:
                     raise NotNative("elementwise of a filled block of another shape")
                 operands.append(Const(a.value, a.value.dtype))
-                probes.append(np.ones(1, dtype=a.value.dtype))
-            elif isinstance(a, np.number | np.bool_):
-                operands.append(Const(a, a.dtype))
-                probes.append(a)
-            elif isinstance(a, bool | int | float | complex):
-                # A Python scalar is weak (NEP 50): it takes the arrays' type, as in numpy.
-                weak = np.result_type(*(b.full.dtype for b in blocks), a)
-                operands.append(Const(a, weak))
-                probes.append(a)
+            elif weak_dtype is not None:
+                operands.append(Const(a, weak_dtype))
             else:
-                raise NotNative(f"elementwise operand {type(a).__name__}")
-        with np.errstate(all="ignore"):
-            dtype = np.asarray(func(*probes)).dtype
+                operands.append(Const(a, a.dtype))
         key = (
             name,
             tuple(o.root if isinstance(o, Full) else ("c", repr(o.value)) for o in operands),
@@ -760,6 +732,120 @@ class Interpreter(ReductionSteps):
         if key not in self._memo:
             self._memo[key] = self.b.elementwise(name, operands, shape, dtype)
         return Blk(self._memo[key], region)
+
+
+def _operand_kind(a: Any) -> Hashable:
+    """What decides an elementwise operand's part in the result's dtype: a block's or a
+    numpy scalar's dtype, or a Python scalar's type and value (NEP 50: it is weak)."""
+    if isinstance(a, Blk):
+        return a.full.dtype
+    if isinstance(a, Filled):
+        return ("filled", a.value.dtype)
+    if isinstance(a, np.number | np.bool_):
+        return ("scalar", a.dtype)
+    if isinstance(a, bool | int | float | complex):
+        return ("weak", type(a), a)
+    raise NotNative(f"elementwise operand {type(a).__name__}")
+
+
+def _result_types(
+    func: Any, args: list[Any], blocks: list[Blk]
+) -> tuple[np.dtype, tuple[np.dtype | None, ...]]:
+    """numpy's dtype of `func` over `args` (probed on one value of each), and the dtype each
+    Python scalar takes (the arrays' type, as in numpy; None for other operands)."""
+    probes: list[Any] = []
+    weak: list[np.dtype | None] = []
+    for a in args:
+        if isinstance(a, Blk):
+            probes.append(np.ones(1, dtype=a.full.dtype))
+        elif isinstance(a, Filled):
+            probes.append(np.ones(1, dtype=a.value.dtype))
+        else:
+            probes.append(a)
+        is_weak = not isinstance(a, Blk | Filled | np.number | np.bool_)
+        weak.append(np.result_type(*(b.full.dtype for b in blocks), a) if is_weak else None)
+    with np.errstate(all="ignore"):
+        dtype = np.asarray(func(*probes)).dtype
+    return dtype, tuple(weak)
+
+
+#: What a step's function gets: the interpreter, the step's arguments and keywords.
+Handler = Callable[[Interpreter, list[Any], dict[str, Any]], Any]
+
+
+def _when(ok: Callable[[list[Any], dict[str, Any]], bool], run: Handler, what: str) -> Handler:
+    """`run`, for the steps whose arguments `ok` accepts; NotNative naming `what` for others."""
+
+    def handler(interp: Interpreter, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if not ok(args, kwargs):
+            raise NotNative(f"{what} with other arguments")
+        return run(interp, args, kwargs)
+
+    return handler
+
+
+def _astype(interp: Interpreter, args: list[Any], kwargs: dict[str, Any]) -> Blk:
+    (x,) = args
+    if not isinstance(x, Blk) or set(kwargs) - {"astype_dtype", "casting", "copy"}:
+        raise NotNative("astype with options")
+    return Blk(interp._cast(x.full, np.dtype(kwargs["astype_dtype"])), x.region)
+
+
+def _clip(interp: Interpreter, args: list[Any], kwargs: dict[str, Any]) -> Blk:
+    # Dask's clip: a missing bound is a one-sided maximum or minimum.
+    x, lo, hi = args
+    if lo is None and hi is not None:
+        return interp._elementwise(np.minimum, "minimum", [x, hi])
+    if hi is None and lo is not None:
+        return interp._elementwise(np.maximum, "maximum", [x, lo])
+    return interp._elementwise(np.clip, "clip", args)
+
+
+@functools.cache
+def _direct_handlers() -> dict[Any, Handler]:
+    """The functions recognised by identity, each with its handler (looked up once per step,
+    so that many small blocks do not pay a chain of comparisons each)."""
+    import dask.array._shuffle as shuffle
+    import dask.array.chunk as chunk
+    import dask.array.core as core
+
+    def plain(n: int) -> Callable[[list[Any], dict[str, Any]], bool]:
+        return lambda a, k: len(a) == n and not k
+
+    handlers: dict[Any, Handler] = {
+        core.getter: lambda i, a, k: i._getter(a, k),
+        core.getter_nofancy: lambda i, a, k: i._getter(a, k),
+        core.getter_inline: lambda i, a, k: i._getter(a, k),
+        core._enforce_dtype: lambda i, a, k: i._enforced(a, k),
+        core.load_store_chunk: lambda i, a, k: i._store(a, k),
+        core.finalize: _when(plain(1), lambda i, a, k: i._whole(a[0]), "finalize"),
+        chunk.getitem: _when(plain(2), lambda i, a, k: i._getitem(*a), "getitem"),
+        np.transpose: _when(
+            lambda a, k: len(a) == 1 and set(k) <= {"axes"},
+            lambda i, a, k: i._transposed(a[0], k.get("axes")),
+            "transpose",
+        ),
+        shuffle._getitem: _when(plain(2), lambda i, a, k: i._taken(*a), "take"),
+        shuffle.concatenate_arrays: _when(plain(3), lambda i, a, k: i._shuffled(*a), "take"),
+        core.concatenate_shaped: _when(plain(2), lambda i, a, k: i._join(*a), "concatenate"),
+        chunk.astype: _astype,
+        # x != x holds exactly where x is NaN (never for integers), as isnan does.
+        np.isnan: _when(
+            plain(1),
+            lambda i, a, k: i._elementwise(np.not_equal, "not_equal", [a[0], a[0]]),
+            "isnan",
+        ),
+        np.where: _when(plain(3), lambda i, a, k: i._elementwise(np.where, "where", a), "where"),
+        np.round: _when(
+            lambda a, k: len(a) == 1 and set(k) <= {"decimals"},
+            lambda i, a, k: i._rounded(a[0], int(k.get("decimals", 0))),
+            "round",
+        ),
+        np.clip: _when(plain(3), _clip, "clip"),
+    }
+    for like in FILLS:
+        handlers[like] = lambda i, a, k, like=like: i._filled(like, a, k)
+    return handlers
 
 
 @dataclass
@@ -821,6 +907,28 @@ def _kept_region(r: Any) -> Region:
     if not isinstance(r, Red) or r.keepdims:
         return r.region
     return tuple(span for d, span in enumerate(r.region) if d not in r.axes)
+
+
+#: How `Interpreter.node` reads a node of each type (see `_node_kind`), by type.
+_NODE_KINDS: dict[type, str] = {}
+
+
+def _node_kind(node: Any) -> str:
+    """How `Interpreter.node` reads `node`: a reference, an alias, data, a container of
+    nodes, a task, a list or tuple of nodes, or a plain value (itself)."""
+    if isinstance(node, TaskRef):
+        return "ref"
+    if isinstance(node, Alias):
+        return "alias"
+    if isinstance(node, DataNode):
+        return "data"
+    if isinstance(node, NestedContainer):
+        return "container"
+    if isinstance(node, Task):
+        return "task"
+    if isinstance(node, list | tuple):
+        return "sequence"
+    return "plain"
 
 
 def unlit(value: Any) -> Any:

@@ -71,6 +71,12 @@ class DaskSteps:
 
 
 @functools.cache
+def _natural_dtype(statistic: Any, dtype: np.dtype) -> np.dtype:
+    """The dtype numpy's `statistic` (mean, var) gives over values of `dtype`."""
+    return np.dtype(statistic(np.ones(1, dtype=dtype)).dtype)
+
+
+@functools.cache
 def dask_steps() -> DaskSteps:
     """Dask's reduction steps; registers its own min/max/nanmin/nanmax chunk functions."""
     from dask.array import chunk, wrap
@@ -233,7 +239,7 @@ class ReductionSteps(ABC):
             axes = self._axes(kw.get("axis"), len(x.full.shape))
             # Dask passes the result's dtype: only one other than numpy's default (such as
             # float64 for float32 values) goes to the engine, which then adds in it.
-            natural = np.mean(np.ones(1, dtype=x.full.dtype)).dtype
+            natural = _natural_dtype(np.mean, x.full.dtype)
             dtype = np.dtype(kw.get("dtype") or natural)
             typed = None if dtype == natural else dtype
             return Red(kind, x.full, axes, x.region, True, typed, state=True)
@@ -265,7 +271,7 @@ class ReductionSteps(ABC):
                 raise NotNative("var of something else")
             axes = self._axes(kw.get("axis"), len(x.full.shape))
             # var(dtype=...) computes in that dtype: the values cast to it first.
-            natural = np.var(np.ones(1, dtype=x.full.dtype)).dtype
+            natural = _natural_dtype(np.var, x.full.dtype)
             dtype = np.dtype(kw.get("dtype") or natural)
             if dtype.kind != "f":
                 raise NotNative("var in a dtype other than a float")

@@ -5,6 +5,7 @@ symbol, the reduction of a region, a write, or a stored array.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +142,8 @@ def bounding(regions: list[Region]) -> Region:
         (min(r[d][0] for r in regions), max(r[d][1] for r in regions))
         for d in range(len(regions[0]))
     )
-    volume = int(np.prod([b - a for a, b in box]))
-    if sum(int(np.prod([b - a for a, b in r])) for r in regions) != volume:
+    volume = math.prod(b - a for a, b in box)
+    if sum(math.prod(b - a for a, b in r) for r in regions) != volume:
         raise NotNative("partial reductions that do not tile a box")
     return box
 
