@@ -13,6 +13,25 @@ use std::sync::Mutex;
 /// Buffers smaller than this are not pooled.
 pub const MIN_POOLED: usize = 64 * 1024;
 
+/// Fresh buffers are made this many steps per doubling of size larger than asked, at most
+/// (see [`size_class`]).
+const CLASSES_PER_DOUBLING: usize = 16;
+
+/// The capacity a fresh buffer of `len` bytes gets: `len` rounded up to the next of 16 sizes
+/// per doubling (at most 1/16 more). Requests of nearly the same size (a chunk's compressed
+/// bytes vary by a few kB from chunk to chunk) then find each other's buffers: made to their
+/// exact lengths, a buffer freed for a chunk of 3,158,000 bytes never served the next one of
+/// 3,159,000, and io_uring reads (which read into pooled buffers rather than mapping) faulted
+/// in fresh memory for almost every chunk.
+fn size_class(len: usize) -> usize {
+    if len < MIN_POOLED {
+        return len;
+    }
+    let octave = 1usize << (usize::BITS - 1 - len.leading_zeros());
+    let step = (octave / CLASSES_PER_DOUBLING).max(1);
+    len.div_ceil(step).saturating_mul(step)
+}
+
 /// Free buffers and the limits on the bytes they may hold.
 #[derive(Debug)]
 struct Pool {
@@ -107,7 +126,7 @@ impl Pool {
                 v
             }
             None => {
-                let mut v = Vec::with_capacity(len);
+                let mut v = Vec::with_capacity(size_class(len));
                 advise_huge_pages(&mut v);
                 v
             }
@@ -127,7 +146,7 @@ impl Pool {
             // every core's TLB.
             #[allow(clippy::slow_vector_initialization)] // the point: written, not calloc'd
             None => {
-                let mut v = Vec::with_capacity(len);
+                let mut v = Vec::with_capacity(size_class(len));
                 v.resize(len, 0);
                 v
             }
@@ -145,9 +164,11 @@ impl Pool {
                 }
                 v
             }
-            // Zeroed by the allocator: fresh pages arrive zeroed, nothing is written here.
+            // Zeroed by the allocator: fresh pages arrive zeroed, nothing is written here
+            // (nor in the spare capacity, which is never touched until a later use).
             None => {
-                let mut v = vec![0; len];
+                let mut v = vec![0; size_class(len)];
+                v.truncate(len);
                 advise_huge_pages(&mut v);
                 v
             }
@@ -256,7 +277,39 @@ mod tests {
         assert_eq!(w.as_ptr(), ptr);
         assert!(w.is_empty() && w.capacity() >= 90_000);
         pool.give(w);
-        assert_eq!(pool.held(), 100_000);
+        assert_eq!(pool.held(), size_class(100_000) as u64);
+    }
+
+    #[test]
+    fn buffers_of_nearly_the_same_size_serve_each_other() {
+        let pool = Pool::new(64 << 20);
+        // Compressed chunks a few kB apart: the first's buffer serves the larger second.
+        let v = pool.take(3_158_000);
+        let ptr = v.as_ptr();
+        pool.give(v);
+        let w = pool.take(3_159_000);
+        assert_eq!(w.as_ptr(), ptr);
+        pool.give(w);
+        for len in [
+            MIN_POOLED,
+            100_000,
+            3_158_000,
+            4_152_960,
+            1 << 22,
+            (1 << 22) + 1,
+        ] {
+            let class = size_class(len);
+            assert!(
+                class >= len && class - len <= len / CLASSES_PER_DOUBLING,
+                "{len}"
+            );
+            assert_eq!(size_class(class), class, "a class is its own class");
+        }
+        assert_eq!(
+            size_class(1000),
+            1000,
+            "small buffers are not pooled: exact"
+        );
     }
 
     #[test]
@@ -280,24 +333,28 @@ mod tests {
 
     #[test]
     fn lent_bytes_are_held_until_taken_back() {
-        let pool = Pool::new(100_000);
-        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(100_000)).collect();
+        // A size fresh buffers get exactly (a size class of its own).
+        const LEN: usize = 98_304;
+        assert_eq!(size_class(LEN), LEN);
+        let pool = Pool::new(LEN as u64);
+        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(LEN)).collect();
         // Only the capacity: one buffer is kept, two are freed.
         for v in buffers {
             pool.give(v);
         }
-        assert_eq!(pool.held(), 100_000);
-        // With 300 kB of the budget unreserved, two fit: the loan counts up to the capacity.
-        pool.update(|s| s.lent = 300_000);
-        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(100_000)).collect();
+        assert_eq!(pool.held(), LEN as u64);
+        // With three buffers of the budget unreserved, two fit: the loan counts up to the
+        // capacity.
+        pool.update(|s| s.lent = 3 * LEN as u64);
+        let buffers: Vec<Vec<u8>> = (0..3).map(|_| pool.take(LEN)).collect();
         assert_eq!(pool.held(), 0);
         for v in buffers {
             pool.give(v);
         }
-        assert_eq!(pool.held(), 200_000);
+        assert_eq!(pool.held(), 2 * LEN as u64);
         // A task reserves most of it: the pool gives back what no longer fits, at once.
-        pool.update(|s| s.lent = 50_000);
-        assert_eq!(pool.held(), 100_000);
+        pool.update(|s| s.lent = LEN as u64 / 2);
+        assert_eq!(pool.held(), LEN as u64);
         pool.update(|s| s.lent = 0);
         pool.update(|s| s.capacity = 0);
         assert_eq!(pool.held(), 0);

@@ -157,7 +157,8 @@ impl FsStore {
                     // An inner chunk of a shard, or a run of them: mapped like a whole file.
                     return Value::map_file(&file, start, len).map(Some);
                 }
-                let mut v = vec![0u8; len];
+                // Every byte is read over: a pooled buffer needs no zeroing.
+                let mut v = crate::array::pool::take_filled(len);
                 file.read_exact_at(&mut v, start)?;
                 Ok(Some(Value::Owned(v)))
             }
