@@ -533,7 +533,14 @@ fn decode_one(
             })?),
             _ => None,
         };
-        let buf = array.decode_inner(idx, bytes.filter(|b| !b.is_empty()))?;
+        let buf = array.decode_inner(idx, bytes.filter(|b| !b.is_empty()));
+        // The last unit done with the read hands its buffer back to the pool (dropped, a run
+        // of inner chunks read into memory would be freed, and the next read would fault in
+        // fresh memory).
+        if let Some(read) = value.and_then(Arc::into_inner) {
+            read.recycle();
+        }
+        let buf = buf?;
         let region = array.inner_grid().chunk_region(idx);
         for (w, part) in pieces {
             dest.copy_from(*w, &region, part, buf.bytes(), elem);

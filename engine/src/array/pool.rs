@@ -175,17 +175,36 @@ impl Pool {
         }
     }
 
+    /// Keeps `v` for reuse. When the pool is full, the buffers given back longest ago make
+    /// room for it (the sizes just in use are the ones asked for next: a pool full of small
+    /// decode buffers would otherwise turn away every large read buffer, and each read would
+    /// fault in fresh memory); a buffer larger than the whole limit is freed.
     fn give(&self, v: Vec<u8>) {
         let cap = v.capacity() as u64;
         if v.capacity() < MIN_POOLED {
             return;
         }
+        let mut evicted = Vec::new();
         if let Ok(mut s) = self.state.lock() {
-            if s.held + cap <= s.limit() {
-                s.held += cap;
-                s.free.push(v);
+            if cap > s.limit() {
+                return;
             }
+            let over = (s.held + cap).saturating_sub(s.limit());
+            if over > 0 {
+                let mut freed = 0u64;
+                let n = s.free.iter().take_while(|b| {
+                    let enough = freed >= over;
+                    freed += b.capacity() as u64;
+                    !enough
+                });
+                let n = n.count();
+                evicted = s.free.drain(..n).collect();
+                s.held -= evicted.iter().map(|b| b.capacity() as u64).sum::<u64>();
+            }
+            s.held += cap;
+            s.free.push(v);
         }
+        drop(evicted);
     }
 }
 
@@ -310,6 +329,35 @@ mod tests {
             1000,
             "small buffers are not pooled: exact"
         );
+    }
+
+    #[test]
+    fn a_full_pool_makes_room_for_the_buffer_given_back() {
+        // Room for three 96 KiB buffers: the fourth given back takes the oldest one's place,
+        // then a buffer twice as large takes the next two oldest ones' places.
+        const SMALL: usize = 98_304;
+        let pool = Pool::new(3 * SMALL as u64);
+        let small: Vec<Vec<u8>> = (0..4).map(|_| pool.take(SMALL)).collect();
+        let newest = small[3].as_ptr();
+        for v in small {
+            pool.give(v);
+        }
+        assert_eq!(pool.held(), 3 * SMALL as u64);
+        let large = pool.take(2 * SMALL);
+        let ptr = large.as_ptr();
+        pool.give(large);
+        assert_eq!(pool.held(), 3 * SMALL as u64);
+        let again = pool.take(2 * SMALL);
+        assert_eq!(again.as_ptr(), ptr, "the large buffer was kept");
+        assert_eq!(pool.held(), SMALL as u64, "and taken back out of the pool");
+        let left = pool.take(SMALL);
+        assert_eq!(left.as_ptr(), newest, "the newest small one stayed");
+        assert_eq!(pool.held(), 0);
+        // A buffer larger than the whole pool is not kept (nor does it empty the pool).
+        pool.give(left);
+        pool.give(pool.take(4 * SMALL));
+        assert_eq!(pool.held(), SMALL as u64);
+        drop(again);
     }
 
     #[test]
