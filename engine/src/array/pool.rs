@@ -189,17 +189,11 @@ impl Pool {
             if cap > s.limit() {
                 return;
             }
-            let over = (s.held + cap).saturating_sub(s.limit());
-            if over > 0 {
-                let mut freed = 0u64;
-                let n = s.free.iter().take_while(|b| {
-                    let enough = freed >= over;
-                    freed += b.capacity() as u64;
-                    !enough
-                });
-                let n = n.count();
-                evicted = s.free.drain(..n).collect();
-                s.held -= evicted.iter().map(|b| b.capacity() as u64).sum::<u64>();
+            // Oldest first: buffers are pushed at the back. Ends, since `cap` fits the limit.
+            while s.held + cap > s.limit() && !s.free.is_empty() {
+                let old = s.free.remove(0);
+                s.held -= old.capacity() as u64;
+                evicted.push(old);
             }
             s.held += cap;
             s.free.push(v);

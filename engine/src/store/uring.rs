@@ -412,14 +412,12 @@ fn finish(mut p: Pending) -> Value {
     // SAFETY: the kernel wrote `filled` bytes from `base` (every read completed), and the
     // wanted bytes `skip..skip + want` lie inside them; capacity covers `base + filled`.
     unsafe { p.buf.set_len(base + p.filled) };
-    if base == 0 && p.skip == 0 {
-        p.buf.truncate(p.want);
-        return Value::Owned(p.buf);
-    }
-    // The wanted bytes moved to the front of their own buffer (not copied into a fresh one,
+    // Wanted bytes that do not start the buffer move to its front (not into a fresh buffer,
     // which would fault in new memory for every direct read).
     let start = base + p.skip;
-    p.buf.copy_within(start..start + p.want, 0);
+    if start > 0 {
+        p.buf.copy_within(start..start + p.want, 0);
+    }
     p.buf.truncate(p.want);
     Value::Owned(p.buf)
 }
