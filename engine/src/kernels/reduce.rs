@@ -772,74 +772,32 @@ impl Accumulator {
         use ReduceFunc::*;
         let func = self.func;
         let reg = match self.state {
-            State::F(buf) => {
-                let v = buf.as_slice::<f64>()?;
-                match func {
-                    Mean | NanMean => Reg::F(v.iter().map(|s| s / count as f64).collect()),
-                    _ => Reg::F(v.to_vec()),
+            // Float sums and means convert from their state where it lies (a mean divided in
+            // place): no copy of the accumulator in the serial tail of a reduction.
+            State::F(mut buf) => {
+                if matches!(func, Mean | NanMean) {
+                    let n = count as f64;
+                    buf.as_slice_mut::<f64>()?.iter_mut().for_each(|s| *s /= n);
                 }
+                Finished::F64(buf)
             }
-            State::C(v) => match func {
-                Mean => Reg::C(v.into_iter().map(|s| s / count as f64).collect()),
-                _ => Reg::C(v),
-            },
-            State::I(v) => match func {
-                Mean => Reg::F(v.into_iter().map(|s| s as f64 / count as f64).collect()),
-                _ => Reg::I(v),
-            },
-            State::U(v) => match func {
-                Mean => Reg::F(v.into_iter().map(|s| s as f64 / count as f64).collect()),
-                _ => Reg::U(v),
-            },
-            State::B(v) => Reg::B(v),
-            State::NanMeanF(s, c) => {
-                Reg::F(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect())
-            }
-            State::NanMeanC(s, c) => {
-                Reg::C(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect())
-            }
-            State::Welford(n, _, m2) | State::WelfordC(n, _, m2) => Reg::F(
-                n.into_iter()
-                    .zip(m2)
-                    .map(|(n, m2)| {
-                        let v = match func {
-                            // numpy's nanvar: NaN where no degree of freedom is left.
-                            NanVar | NanStd if n - ddof <= 0.0 => f64::NAN,
-                            _ => m2 / (n - ddof).max(0.0),
-                        };
-                        if matches!(func, Std | NanStd) {
-                            v.sqrt()
-                        } else {
-                            v
-                        }
-                    })
-                    .collect(),
-            ),
-            State::Arg(_, idx, seen) => {
-                if matches!(func, NanArgmin | NanArgmax) && seen.iter().any(|s| !s) {
-                    return Err(Error::new(
-                        crate::error::ErrorKind::Value,
-                        format!("{}: all-NaN slice encountered", func.name()),
-                    ));
-                }
-                Reg::I(idx)
-            }
+            state => Finished::Reg(finished_reg(func, state, count, ddof)?),
         };
-        let len = match &reg {
-            Reg::B(v) => v.len(),
-            Reg::I(v) => v.len(),
-            Reg::U(v) => v.len(),
-            Reg::F(v) => v.len(),
-            Reg::C(v) => v.len(),
+        let source = match &reg {
+            Finished::F64(buf) => Source::F(buf.as_slice::<f64>()?),
+            Finished::Reg(r) => Source::Reg(r),
         };
-        let mut out = Buffer::zeros(out_dtype, len);
+        let len = source.len();
+        // Every element is stored below.
+        let mut out = Buffer::for_overwrite(out_dtype, len);
         let mut converted = super::work::Reg::for_dtype(out_dtype);
+        let mut tile = source.empty_tile();
         // Convert in tiles through the cast kernel so results narrow exactly like casts.
         let mut start = 0;
         while start < len {
             let n = super::work::TILE.min(len - start);
-            let src = slice_reg(&reg, start, n);
-            super::work::cast(&src, &mut converted, out_dtype, n);
+            source.copy_tile(start, n, &mut tile)?;
+            super::work::cast(&tile, &mut converted, out_dtype, n);
             narrow(&mut converted, out_dtype, n);
             super::work::store(&converted, n, &mut out, start)?;
             start += n;
@@ -848,13 +806,115 @@ impl Accumulator {
     }
 }
 
-fn slice_reg(reg: &Reg, start: usize, n: usize) -> Reg {
-    match reg {
-        Reg::B(v) => Reg::B(v[start..start + n].to_vec()),
-        Reg::I(v) => Reg::I(v[start..start + n].to_vec()),
-        Reg::U(v) => Reg::U(v[start..start + n].to_vec()),
-        Reg::F(v) => Reg::F(v[start..start + n].to_vec()),
-        Reg::C(v) => Reg::C(v[start..start + n].to_vec()),
+/// The values of a finished reduction whose state is not a float sum's or mean's f64 state
+/// (those convert where they lie, see [`Accumulator::finish`]).
+fn finished_reg(func: ReduceFunc, state: State, count: u64, ddof: f64) -> Result<Reg> {
+    use ReduceFunc::*;
+    Ok(match state {
+        State::F(_) => {
+            return Err(Error::internal(
+                "float reduction state converted as a register",
+            ))
+        }
+        State::C(v) => match func {
+            Mean => Reg::C(v.into_iter().map(|s| s / count as f64).collect()),
+            _ => Reg::C(v),
+        },
+        State::I(v) => match func {
+            Mean => Reg::F(v.into_iter().map(|s| s as f64 / count as f64).collect()),
+            _ => Reg::I(v),
+        },
+        State::U(v) => match func {
+            Mean => Reg::F(v.into_iter().map(|s| s as f64 / count as f64).collect()),
+            _ => Reg::U(v),
+        },
+        State::B(v) => Reg::B(v),
+        State::NanMeanF(s, c) => Reg::F(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect()),
+        State::NanMeanC(s, c) => Reg::C(s.into_iter().zip(c).map(|(s, c)| s / c as f64).collect()),
+        State::Welford(n, _, m2) | State::WelfordC(n, _, m2) => Reg::F(
+            n.into_iter()
+                .zip(m2)
+                .map(|(n, m2)| {
+                    let v = match func {
+                        // numpy's nanvar: NaN where no degree of freedom is left.
+                        NanVar | NanStd if n - ddof <= 0.0 => f64::NAN,
+                        _ => m2 / (n - ddof).max(0.0),
+                    };
+                    if matches!(func, Std | NanStd) {
+                        v.sqrt()
+                    } else {
+                        v
+                    }
+                })
+                .collect(),
+        ),
+        State::Arg(_, idx, seen) => {
+            if matches!(func, NanArgmin | NanArgmax) && seen.iter().any(|s| !s) {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Value,
+                    format!("{}: all-NaN slice encountered", func.name()),
+                ));
+            }
+            Reg::I(idx)
+        }
+    })
+}
+
+/// A finished reduction's values before their conversion to the output dtype.
+enum Finished {
+    /// A float sum's or mean's f64 state.
+    F64(Buffer),
+    /// Every other result.
+    Reg(Reg),
+}
+
+/// Finished values as the conversion reads them, tile by tile.
+enum Source<'a> {
+    F(&'a [f64]),
+    Reg(&'a Reg),
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Source::F(v) => v.len(),
+            Source::Reg(Reg::B(v)) => v.len(),
+            Source::Reg(Reg::I(v)) => v.len(),
+            Source::Reg(Reg::U(v)) => v.len(),
+            Source::Reg(Reg::F(v)) => v.len(),
+            Source::Reg(Reg::C(v)) => v.len(),
+        }
+    }
+
+    /// A register of the values' kind, for [`copy_tile`](Self::copy_tile).
+    fn empty_tile(&self) -> Reg {
+        let cap = super::work::TILE;
+        match self {
+            Source::F(_) | Source::Reg(Reg::F(_)) => Reg::F(Vec::with_capacity(cap)),
+            Source::Reg(Reg::B(_)) => Reg::B(Vec::with_capacity(cap)),
+            Source::Reg(Reg::I(_)) => Reg::I(Vec::with_capacity(cap)),
+            Source::Reg(Reg::U(_)) => Reg::U(Vec::with_capacity(cap)),
+            Source::Reg(Reg::C(_)) => Reg::C(Vec::with_capacity(cap)),
+        }
+    }
+
+    /// Values `start..start + n` into `tile` (made by [`empty_tile`](Self::empty_tile)).
+    fn copy_tile(&self, start: usize, n: usize, tile: &mut Reg) -> Result<()> {
+        fn put<T: Copy>(dst: &mut Vec<T>, src: &[T]) {
+            dst.clear();
+            dst.extend_from_slice(src);
+        }
+        let range = start..start + n;
+        match (self, tile) {
+            (Source::F(v), Reg::F(t)) => put(t, &v[range]),
+            (Source::Reg(Reg::F(v)), Reg::F(t)) => put(t, &v[range]),
+            (Source::Reg(Reg::B(v)), Reg::B(t)) => put(t, &v[range]),
+            (Source::Reg(Reg::I(v)), Reg::I(t)) => put(t, &v[range]),
+            (Source::Reg(Reg::U(v)), Reg::U(t)) => put(t, &v[range]),
+            (Source::Reg(Reg::C(v)), Reg::C(t)) => put(t, &v[range]),
+            _ => return Err(Error::internal("reduction result tile of another kind")),
+        }
+        Ok(())
     }
 }
 
