@@ -590,6 +590,26 @@ def test_python_scalars_are_weak_as_in_numpy(tmp_path: Path) -> None:
     assert stats is not None and stats.python_tasks == 0, stats
 
 
+def test_elementwise_steps_that_differ_only_in_a_scalar_stay_apart(tmp_path: Path) -> None:
+    """Every block of one elementwise step names the same whole array (the interpreter
+    reuses it), but a step with another scalar (1 against True, 0.0 against -0.0) or over
+    another array is another array."""
+    data = _zarr_source(tmp_path, (6, 5), (2, 5))
+    data[0, 0] = 0.0  # -0.0 once negated: + 0.0 gives 0.0, + -0.0 keeps -0.0
+    zarr.open_array(tmp_path / "x.zarr", mode="r+")[:] = data
+    x = da.from_zarr(str(tmp_path / "x.zarr"))
+    zeros = [(x * -1.0) + 0.0, (x * -1.0) + -0.0, x + 1, x + True, (x + 1) * 2, x * 2 + 1]
+    got = dask.compute(*zeros, scheduler=get)
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks == 0, stats
+    want = dask.compute(*zeros, scheduler="sync")
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+    assert np.signbit(got[1][0, 0]) != np.signbit(got[0][0, 0])
+
+
 class Blob:
     """Counts live instances, so a test can see how many intermediates a run held."""
 

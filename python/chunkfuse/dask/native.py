@@ -89,6 +89,9 @@ class Interpreter(ReductionSteps):
         self._memo: dict[Any, Full] = {}
         #: Elementwise result dtypes, by function and operand kinds (see `_operand_kind`).
         self._typing: dict[Any, tuple[np.dtype, tuple[np.dtype | None, ...]]] = {}
+        #: Whole-array results of elementwise steps whose blocks share one region, by
+        #: `_elementwise_signature`: every block of such a step gives the same array.
+        self._elementwise_seen: dict[Hashable, Full] = {}
         #: Reductions that dropped their axes, by the result's root (for `x[None, ...]`).
         self._squeezed: dict[str, Red] = {}
         #: Fused tasks that are not native as a whole, with the symbols of the inner steps
@@ -674,6 +677,12 @@ class Interpreter(ReductionSteps):
         return Blk(self._memo[key], kept)
 
     def _elementwise(self, func: Any, name: str, args: list[Any]) -> Blk:
+        sig = _elementwise_signature(func, args)
+        if sig is not None:
+            full = self._elementwise_seen.get(sig)
+            region = _shared_region(args) if full is not None else None
+            if region is not None:
+                return Blk(full, region)
         args = [self.reduced(a) if isinstance(a, Red) else a for a in args]
         blocks = [a for a in args if isinstance(a, Blk)]
         if not blocks:
@@ -731,7 +740,41 @@ class Interpreter(ReductionSteps):
         )
         if key not in self._memo:
             self._memo[key] = self.b.elementwise(name, operands, shape, dtype)
+        if sig is not None and len(shapes) == 1 and all(b.region == region for b in blocks):
+            self._elementwise_seen[sig] = self._memo[key]
         return Blk(self._memo[key], region)
+
+
+#: Python and numpy scalar types, which `_elementwise_signature` keys by type and value.
+_SCALARS = (bool, int, float, complex, np.number, np.bool_)
+
+
+def _elementwise_signature(func: Any, args: list[Any]) -> Hashable | None:
+    """What decides an elementwise step's whole-array result when its blocks share one
+    region: the function, each block's array and each scalar's type and value; None when an
+    operand is anything else (reductions, filled blocks) or the function is not hashable."""
+    parts: list[Hashable] = []
+    for a in args:
+        if type(a) is Blk:
+            parts.append(a.full.root)
+        elif isinstance(a, _SCALARS):
+            # The repr too: -0.0 == 0.0, but x + -0.0 keeps x's negative zeros.
+            parts.append((type(a), a, repr(a)))
+        else:
+            return None
+    return (func, tuple(parts)) if is_hashable(func) else None
+
+
+def _shared_region(args: list[Any]) -> Region | None:
+    """The region every block among `args` covers, when they all cover the same one."""
+    region = None
+    for a in args:
+        if type(a) is Blk:
+            if region is None:
+                region = a.region
+            elif a.region != region:
+                return None
+    return region
 
 
 def _operand_kind(a: Any) -> Hashable:
