@@ -315,7 +315,16 @@ impl Fast32 {
             on_heap = vec![None; self.steps.len()];
             &mut on_heap
         };
-        for (k, step) in self.steps.iter().enumerate() {
+        // The result's own step, when it is the last and a function, goes straight to the
+        // sink: one pass over the tile fewer.
+        let last = self.steps.len().saturating_sub(1);
+        let fused = self.result == Arg::Step(last)
+            && matches!(
+                self.steps.get(last),
+                Some(Step::Unary { .. } | Step::Binary { .. })
+            );
+        let stored = if fused { last } else { self.steps.len() };
+        for (k, step) in self.steps[..stored].iter().enumerate() {
             let (before, rest) = scratch.split_at_mut(k);
             let dst = &mut rest[0][..n];
             match *step {
@@ -360,18 +369,69 @@ impl Fast32 {
                 }
             }
         }
+        if fused {
+            let before = &scratch[..last];
+            match self.steps[last] {
+                Step::Unary { func, a } => {
+                    let a = &direct[a].unwrap_or(&before[a][..n])[..n];
+                    match func {
+                        Func::Negative => sink.put(n, a.iter().map(|x| -x)),
+                        Func::Abs => sink.put(n, a.iter().map(|x| x.abs())),
+                        Func::Sqrt => sink.put(n, a.iter().map(|x| x.sqrt())),
+                        Func::Floor => sink.put(n, a.iter().map(|x| x.floor())),
+                        _ => sink.put(n, a.iter().map(|x| x.ceil())),
+                    }
+                }
+                Step::Binary { func, a, b } => {
+                    let view = |arg: Arg| match arg {
+                        Arg::Step(j) => Ok(direct[j].unwrap_or(&before[j][..n])),
+                        Arg::Scalar(x) => Err(x),
+                    };
+                    let (a, b) = (view(a), view(b));
+                    match func {
+                        Func::Add => put_zip(sink, n, a, b, |x, y| x + y),
+                        Func::Subtract => put_zip(sink, n, a, b, |x, y| x - y),
+                        Func::Multiply => put_zip(sink, n, a, b, |x, y| x * y),
+                        Func::Divide => put_zip(sink, n, a, b, |x, y| x / y),
+                        Func::Maximum => put_zip(sink, n, a, b, nan_max),
+                        _ => put_zip(sink, n, a, b, nan_min),
+                    }
+                }
+                _ => return Err(crate::error::Error::internal("fused float32 step")),
+            }
+            return Ok(());
+        }
         match self.result {
-            Arg::Scalar(x) => sink.take(n, Err(x)),
-            Arg::Step(k) => sink.take(n, Ok(direct[k].unwrap_or(&scratch[k][..n]))),
+            Arg::Scalar(x) => sink.put(n, std::iter::repeat_n(x, n)),
+            Arg::Step(k) => sink.put(
+                n,
+                direct[k].unwrap_or(&scratch[k][..n])[..n].iter().copied(),
+            ),
         }
         Ok(())
     }
 }
 
-/// Where a program's `n` float32 results of a tile go: `values` (n of them), or one scalar
-/// for all.
+/// `f` over two operands, each `n` values (`Ok`) or a scalar (`Err`), into `sink`.
+#[inline(always)]
+fn put_zip<S: Sink>(
+    sink: S,
+    n: usize,
+    a: std::result::Result<&[f32], f32>,
+    b: std::result::Result<&[f32], f32>,
+    f: impl Fn(f32, f32) -> f32,
+) {
+    match (a, b) {
+        (Ok(a), Ok(b)) => sink.put(n, a[..n].iter().zip(&b[..n]).map(|(x, y)| f(*x, *y))),
+        (Ok(a), Err(y)) => sink.put(n, a[..n].iter().map(|x| f(*x, y))),
+        (Err(x), Ok(b)) => sink.put(n, b[..n].iter().map(|y| f(x, *y))),
+        (Err(x), Err(y)) => sink.put(n, std::iter::repeat_n(f(x, y), n)),
+    }
+}
+
+/// Where a program's `n` float32 results of a tile go, given in order.
 trait Sink {
-    fn take(self, n: usize, values: std::result::Result<&[f32], f32>);
+    fn put(self, n: usize, values: impl Iterator<Item = f32>);
 }
 
 /// Written to a slice, exactly (f32, or f64 which holds every f32).
@@ -385,50 +445,40 @@ struct AddSkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>);
 
 impl<T: Copy + From<f32>> Sink for Write<'_, T> {
     #[inline(always)]
-    fn take(self, n: usize, values: std::result::Result<&[f32], f32>) {
-        let out = &mut self.0[..n];
-        match values {
-            Ok(v) => out.iter_mut().zip(v).for_each(|(o, x)| *o = T::from(*x)),
-            Err(x) => out.fill(T::from(x)),
-        }
+    fn put(self, n: usize, values: impl Iterator<Item = f32>) {
+        self.0[..n]
+            .iter_mut()
+            .zip(values)
+            .for_each(|(o, x)| *o = T::from(x));
     }
 }
 
 impl<T: Copy + From<f32> + std::ops::AddAssign> Sink for Add<'_, T> {
     #[inline(always)]
-    fn take(self, n: usize, values: std::result::Result<&[f32], f32>) {
-        let out = &mut self.0[..n];
-        match values {
-            Ok(v) => out.iter_mut().zip(v).for_each(|(o, x)| *o += T::from(*x)),
-            Err(x) => out.iter_mut().for_each(|o| *o += T::from(x)),
-        }
+    fn put(self, n: usize, values: impl Iterator<Item = f32>) {
+        self.0[..n]
+            .iter_mut()
+            .zip(values)
+            .for_each(|(o, x)| *o += T::from(x));
     }
 }
 
 impl Sink for AddSkipNan<'_> {
     #[inline(always)]
-    fn take(self, n: usize, values: std::result::Result<&[f32], f32>) {
-        let sums = &mut self.0[..n];
+    fn put(self, n: usize, values: impl Iterator<Item = f32>) {
         // Branch-free, so the loops vectorize.
-        match (values, self.1) {
-            (Ok(v), None) => sums
+        match self.1 {
+            None => self.0[..n]
                 .iter_mut()
-                .zip(v)
-                .for_each(|(s, x)| *s += if x.is_nan() { 0.0 } else { *x }),
-            (Ok(v), Some(counts)) => {
-                for ((s, c), x) in sums.iter_mut().zip(&mut counts[..n]).zip(v) {
+                .zip(values)
+                .for_each(|(s, x)| *s += if x.is_nan() { 0.0 } else { x }),
+            Some(counts) => {
+                for ((s, c), x) in self.0[..n].iter_mut().zip(&mut counts[..n]).zip(values) {
                     let seen = !x.is_nan();
-                    *s += if seen { *x } else { 0.0 };
+                    *s += if seen { x } else { 0.0 };
                     *c += seen as u8;
                 }
             }
-            (Err(x), counts) if !x.is_nan() => {
-                sums.iter_mut().for_each(|s| *s += x);
-                if let Some(counts) = counts {
-                    counts[..n].iter_mut().for_each(|c| *c += 1);
-                }
-            }
-            (Err(_), _) => {}
         }
     }
 }
@@ -551,7 +601,28 @@ mod tests {
                     call(Func::Multiply, vec![2, 1]),
                 ],
             });
+            // A function as the last step goes straight to the sink: of a contiguous leaf
+            // and of a strided one.
+            out.push(Program {
+                insts: vec![load(0), call(func, vec![0])],
+            });
+            out.push(Program {
+                insts: vec![load(1), call(func, vec![0])],
+            });
         }
+        // A chain of steps with constants, as `(x + 1) * 2`, and a plain load.
+        out.push(Program {
+            insts: vec![
+                load(0),
+                c.clone(),
+                call(Func::Add, vec![0, 1]),
+                c.clone(),
+                call(Func::Multiply, vec![2, 3]),
+            ],
+        });
+        out.push(Program {
+            insts: vec![load(1)],
+        });
         out
     }
 
