@@ -771,7 +771,7 @@ impl Accumulator {
     pub fn finish(self, out_dtype: DType, count: u64, ddof: f64) -> Result<Buffer> {
         use ReduceFunc::*;
         let func = self.func;
-        let reg = match self.state {
+        let values = match self.state {
             // Float sums and means convert from their state where it lies (a mean divided in
             // place): no copy of the accumulator in the serial tail of a reduction.
             State::F(mut buf) => {
@@ -783,20 +783,16 @@ impl Accumulator {
             }
             state => Finished::Reg(finished_reg(func, state, count, ddof)?),
         };
-        let source = match &reg {
-            Finished::F64(buf) => Source::F(buf.as_slice::<f64>()?),
-            Finished::Reg(r) => Source::Reg(r),
-        };
-        let len = source.len();
+        let len = values.len();
         // Every element is stored below.
         let mut out = Buffer::for_overwrite(out_dtype, len);
         let mut converted = super::work::Reg::for_dtype(out_dtype);
-        let mut tile = source.empty_tile();
+        let mut tile = values.empty_tile();
         // Convert in tiles through the cast kernel so results narrow exactly like casts.
         let mut start = 0;
         while start < len {
             let n = super::work::TILE.min(len - start);
-            source.copy_tile(start, n, &mut tile)?;
+            values.copy_tile(start, n, &mut tile)?;
             super::work::cast(&tile, &mut converted, out_dtype, n);
             narrow(&mut converted, out_dtype, n);
             super::work::store(&converted, n, &mut out, start)?;
@@ -868,21 +864,16 @@ enum Finished {
     Reg(Reg),
 }
 
-/// Finished values as the conversion reads them, tile by tile.
-enum Source<'a> {
-    F(&'a [f64]),
-    Reg(&'a Reg),
-}
-
-impl Source<'_> {
+impl Finished {
+    /// The number of values.
     fn len(&self) -> usize {
         match self {
-            Source::F(v) => v.len(),
-            Source::Reg(Reg::B(v)) => v.len(),
-            Source::Reg(Reg::I(v)) => v.len(),
-            Source::Reg(Reg::U(v)) => v.len(),
-            Source::Reg(Reg::F(v)) => v.len(),
-            Source::Reg(Reg::C(v)) => v.len(),
+            Finished::F64(buf) => buf.len(),
+            Finished::Reg(Reg::B(v)) => v.len(),
+            Finished::Reg(Reg::I(v)) => v.len(),
+            Finished::Reg(Reg::U(v)) => v.len(),
+            Finished::Reg(Reg::F(v)) => v.len(),
+            Finished::Reg(Reg::C(v)) => v.len(),
         }
     }
 
@@ -890,11 +881,11 @@ impl Source<'_> {
     fn empty_tile(&self) -> Reg {
         let cap = super::work::TILE;
         match self {
-            Source::F(_) | Source::Reg(Reg::F(_)) => Reg::F(Vec::with_capacity(cap)),
-            Source::Reg(Reg::B(_)) => Reg::B(Vec::with_capacity(cap)),
-            Source::Reg(Reg::I(_)) => Reg::I(Vec::with_capacity(cap)),
-            Source::Reg(Reg::U(_)) => Reg::U(Vec::with_capacity(cap)),
-            Source::Reg(Reg::C(_)) => Reg::C(Vec::with_capacity(cap)),
+            Finished::F64(_) | Finished::Reg(Reg::F(_)) => Reg::F(Vec::with_capacity(cap)),
+            Finished::Reg(Reg::B(_)) => Reg::B(Vec::with_capacity(cap)),
+            Finished::Reg(Reg::I(_)) => Reg::I(Vec::with_capacity(cap)),
+            Finished::Reg(Reg::U(_)) => Reg::U(Vec::with_capacity(cap)),
+            Finished::Reg(Reg::C(_)) => Reg::C(Vec::with_capacity(cap)),
         }
     }
 
@@ -906,12 +897,12 @@ impl Source<'_> {
         }
         let range = start..start + n;
         match (self, tile) {
-            (Source::F(v), Reg::F(t)) => put(t, &v[range]),
-            (Source::Reg(Reg::F(v)), Reg::F(t)) => put(t, &v[range]),
-            (Source::Reg(Reg::B(v)), Reg::B(t)) => put(t, &v[range]),
-            (Source::Reg(Reg::I(v)), Reg::I(t)) => put(t, &v[range]),
-            (Source::Reg(Reg::U(v)), Reg::U(t)) => put(t, &v[range]),
-            (Source::Reg(Reg::C(v)), Reg::C(t)) => put(t, &v[range]),
+            (Finished::F64(buf), Reg::F(t)) => put(t, &buf.as_slice::<f64>()?[range]),
+            (Finished::Reg(Reg::F(v)), Reg::F(t)) => put(t, &v[range]),
+            (Finished::Reg(Reg::B(v)), Reg::B(t)) => put(t, &v[range]),
+            (Finished::Reg(Reg::I(v)), Reg::I(t)) => put(t, &v[range]),
+            (Finished::Reg(Reg::U(v)), Reg::U(t)) => put(t, &v[range]),
+            (Finished::Reg(Reg::C(v)), Reg::C(t)) => put(t, &v[range]),
             _ => return Err(Error::internal("reduction result tile of another kind")),
         }
         Ok(())
