@@ -147,6 +147,7 @@ impl Pool {
             #[allow(clippy::slow_vector_initialization)] // the point: written, not calloc'd
             None => {
                 let mut v = Vec::with_capacity(size_class(len));
+                advise_huge_pages(&mut v);
                 v.resize(len, 0);
                 v
             }
@@ -202,19 +203,22 @@ impl Pool {
     }
 }
 
-/// Fresh buffers at least this large are backed by transparent huge pages where the system
-/// allows them on request (see [`advise_huge_pages`]). The largest allocator threshold the
-/// budget sets (`exec::memory`) is the same 16 MiB, so such buffers are always mapped on
-/// their own, never carved out of a heap.
-pub const HUGE_PAGES_MIN: usize = 16 << 20;
+/// Fresh buffers at least this large (one huge page) are backed by transparent huge pages
+/// where the system allows them on request (see [`advise_huge_pages`]). Buffers below the
+/// allocator's mmap threshold (`exec::memory`: up to 16 MiB) are carved out of a heap, so
+/// only the huge pages that lie wholly inside the buffer are advised, never memory beside it.
+pub const HUGE_PAGES_MIN: usize = 2 << 20;
 
-/// Asks the kernel to back the 2 MiB-aligned interior of `v`'s fresh (untouched) allocation
-/// with transparent huge pages, when it is at least [`HUGE_PAGES_MIN`] bytes. Filling such a
+/// Asks the kernel to back the 2 MiB-aligned interior of `v`'s fresh allocation with
+/// transparent huge pages, when it is at least [`HUGE_PAGES_MIN`] bytes. Filling such a
 /// buffer then takes one page fault per 2 MiB instead of one per 4 KiB. Bands of an FFT's or
 /// a rechunk's input (hundreds of MB, written once) and the blocks of a sharded write (one
 /// shard's values, 33 MB for ERA5, more than the pool keeps) were faulted in 4 KiB pages:
 /// a fifth of the power spectrum's CPU time went to those faults and their TLB misses, a
-/// tenth of the anomaly's. Where the kernel declines, nothing changes.
+/// tenth of the anomaly's. Chunk-sized buffers (decoded chunks, a reduction's running sums:
+/// 4 MB for an ERA5 plane) are streamed through once per chunk; with the huge pages inside
+/// each, the ERA5 sum's fold of a decoded plane into its running sums took 10% less time
+/// and its merges 14% less. Where the kernel declines, nothing changes.
 fn advise_huge_pages(v: &mut Vec<u8>) {
     #[cfg(target_os = "linux")]
     {
@@ -458,16 +462,16 @@ mod tests {
             return;
         }
         let pool = Pool::new(0);
-        let big = pool.take_filled(HUGE_PAGES_MIN);
-        let mid = big.as_ptr() as usize + big.len() / 2;
-        let entry = smaps_entry(mid).expect("the buffer's mapping is listed");
-        assert_eq!(field(&entry, "THPeligible"), Some("1"), "{entry}");
-        assert!(big.iter().step_by(4096).all(|&b| b == 0));
-        // Below the threshold, the kernel's default stands (no request is made).
-        let small = pool.take(HUGE_PAGES_MIN / 2);
-        let entry = smaps_entry(small.as_ptr() as usize + (4 << 20)).expect("listed");
-        if setting.contains("[madvise]") {
-            assert_eq!(field(&entry, "THPeligible"), Some("0"), "{entry}");
+        // Twice the threshold: whatever its alignment, one whole huge page lies inside.
+        for big in [
+            pool.take_filled(2 * HUGE_PAGES_MIN),
+            pool.take_zeroed(2 * HUGE_PAGES_MIN),
+            pool.take(2 * HUGE_PAGES_MIN),
+        ] {
+            let inside = (big.as_ptr() as usize).next_multiple_of(HUGE_PAGES_MIN);
+            let entry = smaps_entry(inside).expect("the buffer's mapping is listed");
+            assert_eq!(field(&entry, "THPeligible"), Some("1"), "{entry}");
+            assert!(big.iter().step_by(4096).all(|&b| b == 0));
         }
     }
 }
