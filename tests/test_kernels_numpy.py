@@ -1077,6 +1077,40 @@ def test_reduction_independent_of_threads_and_chunking(
         assert result.dtype == data.sum(axis=(0, 2)).dtype
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float32_sums_of_many_steps_restart_their_partial_sums(
+    run_plan: RunPlan, tmp_path: Path, threads: int
+) -> None:
+    """Float32 sums add 16 values per element in float32 partial sums, then flush them into
+    float64 sums. Partial sums are not zeroed between flushes: a step that covers every
+    element starts them afresh, and steps that do not add to zeroed ones. 40 steps of a
+    whole plane flush twice per group; quarter-plane chunks take the zeroing path; a leftover
+    value of an earlier flush would be off by a whole partial sum."""
+    rng = np.random.default_rng(7)
+    data = (rng.standard_normal((40, 6, 7)) * 10 + 280).astype(np.float32)
+    data[rng.random(data.shape) < 0.1] = np.nan
+    wide = data.astype(np.float64)
+    for chunks in [(1, 6, 7), (1, 3, 4), (5, 6, 7)]:
+        src = tmp_path / f"x{threads}_{'x'.join(map(str, chunks))}.zarr"
+        write_v3(src, data, chunks)
+        funcs = ["sum", "mean", "nansum", "nanmean"]
+        ops: list[dict[str, Any]] = []
+        for func in funcs:
+            ops.append({"id": func, "op": "reduce", "input": "x", "func": func, "axes": [0]})
+            ops.append({"id": f"w{func}", "op": "write", "input": func, "target": str(src) + func})
+        plan = {"arrays": [{"id": "x", "zarr": str(src)}], "ops": ops}
+        run_plan(plan, {}, threads=threads)
+        for func in funcs:
+            want = getattr(np, func)(wide, axis=0)
+            got = read_zarr(Path(str(src) + func))
+            assert got.dtype == np.float32
+            # 16 float32 additions per partial sum at most, each within half an ulp of it.
+            scale = np.nansum(np.abs(wide), axis=0) / (40 if "mean" in func else 1)
+            atol = 16 * float(np.finfo(np.float32).eps) * scale
+            close = (np.abs(got - want) <= atol) | (np.isnan(got) & np.isnan(want))
+            assert close.all(), (func, chunks, got[~close], want[~close])
+
+
 @pytest.mark.parametrize(
     ("selection", "single_stage"),
     [

@@ -12,6 +12,7 @@
 //! nansum and nanmean (xarray's mean of floats) cascade the same way: NaNs add nothing, and
 //! nanmean's partial sums come with a one-byte count per element of the values they hold.
 
+use super::fast32::SumMode;
 use super::reduce::Accumulator;
 use crate::array::{Buffer, DType};
 use crate::error::Result;
@@ -37,6 +38,11 @@ pub fn bytes_per_element(func: ReduceFunc) -> u64 {
 }
 
 /// Float32 partial sums of one output region, with the number of values each holds at most.
+///
+/// Sums that hold nothing (fresh, or just flushed) are not zeroed: the next fold either
+/// starts them, writing a value to every element (see [`PartialSums::start_fold`]), or has
+/// them zeroed first. A fold that covers the whole region with one value per element (a
+/// plane of an ERA5 sum over time) so skips one pass over the sums per flush.
 #[derive(Debug)]
 pub struct PartialSums {
     func: ReduceFunc,
@@ -44,16 +50,21 @@ pub struct PartialSums {
     /// Values each element's sum holds, for nanmean (NaNs are not counted).
     counts: Option<Buffer>,
     terms: u64,
+    /// Whether the buffers hold nothing of these sums (unwritten memory or flushed values).
+    stale: bool,
 }
 
 impl PartialSums {
-    /// Zeroed partial sums of `len` elements for `func` (one that [`cascades`]).
+    /// Partial sums of `len` elements for `func` (one that [`cascades`]) that hold nothing
+    /// yet: a fold starts them (see [`PartialSums::start_fold`]), or they are written whole
+    /// and [`added`](PartialSums::added).
     pub fn new(func: ReduceFunc, len: usize) -> Self {
         PartialSums {
             func,
-            sums: Buffer::zeros(DType::F32, len),
-            counts: (func == ReduceFunc::NanMean).then(|| Buffer::zeros(DType::U8, len)),
+            sums: Buffer::for_overwrite(DType::F32, len),
+            counts: (func == ReduceFunc::NanMean).then(|| Buffer::for_overwrite(DType::U8, len)),
             terms: 0,
+            stale: true,
         }
     }
 
@@ -67,9 +78,40 @@ impl PartialSums {
         self.terms + terms <= TERMS
     }
 
-    /// Records that `terms` more values per element were added.
+    /// Records that `terms` more values per element were added (the sums hold values of their
+    /// own from here on).
     pub fn added(&mut self, terms: u64) {
         self.terms += terms;
+        self.stale = false;
+    }
+
+    /// Readies the sums for a fold of `terms` values per element: flushes them into `acc`
+    /// first when they have no room for those within [`TERMS`]. Returns the mode of the
+    /// fold's first values: [`SumMode::Start`] when the sums hold nothing and `covers_all`
+    /// (those values give every element exactly one value, so they are written and the
+    /// sums need no zeroing), else [`SumMode::Add`] (sums that held nothing are zeroed).
+    pub fn start_fold(
+        &mut self,
+        acc: &mut Option<Accumulator>,
+        terms: u64,
+        covers_all: bool,
+    ) -> Result<SumMode> {
+        if !self.has_room_for(terms) {
+            self.flush_into(acc)?;
+        }
+        let mode = match (self.stale, covers_all) {
+            (true, true) => SumMode::Start,
+            (true, false) => {
+                self.sums.as_slice_mut::<f32>()?.fill(0.0);
+                if let Some(c) = self.counts.as_mut() {
+                    c.as_slice_mut::<u8>()?.fill(0);
+                }
+                SumMode::Add
+            }
+            (false, _) => SumMode::Add,
+        };
+        self.added(terms);
+        Ok(mode)
     }
 
     /// Whether no value was added since the sums were made or last flushed.
@@ -101,7 +143,7 @@ impl PartialSums {
         Ok((self.sums.as_slice_mut::<f32>()?, counts))
     }
 
-    /// Adds the partial sums to `acc` (made from them when `None`) and starts again from zero.
+    /// Adds the partial sums to `acc` (made from them when `None`); they then hold nothing.
     pub fn flush_into(&mut self, acc: &mut Option<Accumulator>) -> Result<()> {
         if self.terms == 0 {
             return Ok(());
@@ -110,11 +152,8 @@ impl PartialSums {
             Some(acc) => acc.add_partial(self)?,
             None => *acc = Some(Accumulator::from_partial(self)?),
         }
-        self.sums.as_slice_mut::<f32>()?.fill(0.0);
-        if let Some(c) = self.counts.as_mut() {
-            c.as_slice_mut::<u8>()?.fill(0);
-        }
         self.terms = 0;
+        self.stale = true;
         Ok(())
     }
 }
@@ -137,12 +176,13 @@ mod tests {
         assert!(!partial.has_room_for(TERMS - 1));
         partial.flush_into(&mut acc).unwrap();
         assert!(partial.has_room_for(TERMS));
+        // A fold that does not cover every element adds to zeroed sums.
+        assert_eq!(
+            partial.start_fold(&mut acc, 1, false).unwrap(),
+            SumMode::Add
+        );
         assert_eq!(partial.sums_mut().unwrap(), &[0.0, 0.0, 0.0]);
-        partial
-            .sums_mut()
-            .unwrap()
-            .copy_from_slice(&[0.25, 3.0, 1e30]);
-        partial.added(1);
+        partial.sums_mut().unwrap()[..2].copy_from_slice(&[0.25, 3.0]);
         partial.flush_into(&mut acc).unwrap();
         let out = acc
             .unwrap()
@@ -151,9 +191,32 @@ mod tests {
             .as_slice::<f64>()
             .unwrap()
             .to_vec();
-        // 1e30 as float32 twice, added in f64.
-        let big = 1e30f32 as f64 * 2.0;
-        assert_eq!(out, vec![1.75, 1.0, big]);
+        assert_eq!(out, vec![1.75, 1.0, 1e30f32 as f64]);
+    }
+
+    #[test]
+    fn a_fold_that_covers_every_element_starts_the_sums_without_zeroing() {
+        let mut partial = PartialSums::new(ReduceFunc::Sum, 2);
+        let mut acc = None;
+        // Fresh sums, covered: started, not zeroed.
+        assert_eq!(
+            partial.start_fold(&mut acc, 1, true).unwrap(),
+            SumMode::Start
+        );
+        partial.sums_mut().unwrap().copy_from_slice(&[1.0, 2.0]);
+        // Sums that hold values take the next fold's values added.
+        assert_eq!(partial.start_fold(&mut acc, 1, true).unwrap(), SumMode::Add);
+        partial.sums_mut().unwrap()[0] += 0.5;
+        // No room for the next fold: flushed, then started again.
+        assert_eq!(
+            partial.start_fold(&mut acc, TERMS, true).unwrap(),
+            SumMode::Start
+        );
+        assert!(!partial.has_room_for(1));
+        partial.sums_mut().unwrap().copy_from_slice(&[10.0, 20.0]);
+        partial.flush_into(&mut acc).unwrap();
+        let out = acc.unwrap().finish(DType::F64, 3, 0.0).unwrap();
+        assert_eq!(out.as_slice::<f64>().unwrap(), &[11.5, 22.0]);
     }
 
     #[test]
@@ -165,11 +228,14 @@ mod tests {
         counts.unwrap().copy_from_slice(&[2, 0]);
         partial.added(2);
         partial.flush_into(&mut acc).unwrap();
+        assert_eq!(
+            partial.start_fold(&mut acc, 1, false).unwrap(),
+            SumMode::Add
+        );
         assert_eq!(partial.counts().unwrap().unwrap(), &[0, 0]);
         let (sums, counts) = partial.parts_mut().unwrap();
         sums.copy_from_slice(&[1.0, 5.0]);
         counts.unwrap().copy_from_slice(&[1, 1]);
-        partial.added(1);
         partial.flush_into(&mut acc).unwrap();
         let out = acc.unwrap().finish(DType::F64, 3, 0.0).unwrap();
         // (3 + 1) / 3 values and 5 / 1 value: NaNs neither add nor count.

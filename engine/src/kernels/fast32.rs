@@ -47,6 +47,15 @@ enum Step {
     },
 }
 
+/// How a tile's values go into float32 running sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SumMode {
+    /// Added to the sums there.
+    Add,
+    /// Written as the sums' first values (whatever the sums held is dropped).
+    Start,
+}
+
 /// A program whose values are all float32, compiled to single-precision steps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fast32 {
@@ -244,19 +253,25 @@ impl Fast32 {
         self.dispatch(scratch, leaves, n, Add(sums))
     }
 
-    /// Evaluates `n` values (n ≤ TILE) and adds them to the float32 running sums `sums`.
+    /// Evaluates `n` values (n ≤ TILE) and adds them to the float32 running sums `sums`, or
+    /// with [`SumMode::Start`] writes them there (the sums' first values).
     pub fn eval_add_f32(
         &self,
         scratch: &mut [Vec<f32>],
         leaves: &[(&Buffer, Strided)],
         n: usize,
         sums: &mut [f32],
+        mode: SumMode,
     ) -> Result<()> {
-        self.dispatch(scratch, leaves, n, Add(sums))
+        match mode {
+            SumMode::Add => self.dispatch(scratch, leaves, n, Add(sums)),
+            SumMode::Start => self.dispatch(scratch, leaves, n, Write(sums)),
+        }
     }
 
     /// Evaluates `n` values (n ≤ TILE) and adds those that are not NaN to the float32 running
-    /// sums `sums`, counting them in `counts` when given (nansum, nanmean).
+    /// sums `sums`, counting them in `counts` when given (nansum, nanmean); with
+    /// [`SumMode::Start`] the sums and counts start from those values instead.
     pub fn eval_add_f32_skip_nan(
         &self,
         scratch: &mut [Vec<f32>],
@@ -264,8 +279,12 @@ impl Fast32 {
         n: usize,
         sums: &mut [f32],
         counts: Option<&mut [u8]>,
+        mode: SumMode,
     ) -> Result<()> {
-        self.dispatch(scratch, leaves, n, AddSkipNan(sums, counts))
+        match mode {
+            SumMode::Add => self.dispatch(scratch, leaves, n, AddSkipNan(sums, counts)),
+            SumMode::Start => self.dispatch(scratch, leaves, n, StartSkipNan(sums, counts)),
+        }
     }
 
     /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
@@ -443,6 +462,10 @@ struct Add<'a, T>(&'a mut [T]);
 /// Added to float32 running sums unless NaN, and counted when counts are given.
 struct AddSkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>);
 
+/// Written as float32 running sums' first values (0 for NaN), and counted (1, or 0 for NaN)
+/// when counts are given.
+struct StartSkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>);
+
 impl<T: Copy + From<f32>> Sink for Write<'_, T> {
     #[inline(always)]
     fn put(self, n: usize, values: impl Iterator<Item = f32>) {
@@ -477,6 +500,25 @@ impl Sink for AddSkipNan<'_> {
                     let seen = !x.is_nan();
                     *s += if seen { x } else { 0.0 };
                     *c += seen as u8;
+                }
+            }
+        }
+    }
+}
+
+impl Sink for StartSkipNan<'_> {
+    #[inline(always)]
+    fn put(self, n: usize, values: impl Iterator<Item = f32>) {
+        match self.1 {
+            None => self.0[..n]
+                .iter_mut()
+                .zip(values)
+                .for_each(|(s, x)| *s = if x.is_nan() { 0.0 } else { x }),
+            Some(counts) => {
+                for ((s, c), x) in self.0[..n].iter_mut().zip(&mut counts[..n]).zip(values) {
+                    let seen = !x.is_nan();
+                    *s = if seen { x } else { 0.0 };
+                    *c = seen as u8;
                 }
             }
         }
@@ -693,18 +735,25 @@ mod tests {
                 }
                 // Added into float32 running sums: one f32 addition of the exact value.
                 let mut sums32: Vec<f32> = (0..TILE).map(|i| i as f32 * 0.37 - 20.0).collect();
-                fast.eval_add_f32(&mut scratch, &leaves, n, &mut sums32).unwrap();
+                fast.eval_add_f32(&mut scratch, &leaves, n, &mut sums32, SumMode::Add).unwrap();
                 for i in 0..n {
                     let expected = ((i as f32 * 0.37 - 20.0) as f64 + want[i]) as f32;
                     prop_assert!(same(sums32[i] as f64, expected as f64), "{prog:?} f32 sum at {i}: {} vs {expected}", sums32[i]);
                 }
+                // Started: the values themselves, whatever the sums held; nothing past `n`.
+                let mut started: Vec<f32> = vec![7.5; TILE];
+                fast.eval_add_f32(&mut scratch, &leaves, n, &mut started, SumMode::Start).unwrap();
+                for i in 0..n {
+                    prop_assert!(same(started[i] as f64, want[i]), "{prog:?} started sum at {i}: {} vs {}", started[i], want[i]);
+                }
+                prop_assert!(started[n..].iter().all(|x| *x == 7.5));
                 // NaN-skipping float32 sums, counted (nanmean) and not (nansum).
                 let base = |i: usize| i as f32 * 0.37 - 20.0;
                 let mut nan_sums: Vec<f32> = (0..TILE).map(base).collect();
                 let mut plain_sums = nan_sums.clone();
                 let mut counts: Vec<u8> = (0..TILE).map(|i| (i % 7) as u8).collect();
-                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut nan_sums, Some(&mut counts)).unwrap();
-                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut plain_sums, None).unwrap();
+                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut nan_sums, Some(&mut counts), SumMode::Add).unwrap();
+                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut plain_sums, None, SumMode::Add).unwrap();
                 for i in 0..n {
                     let (expected, count) = match want[i].is_nan() {
                         true => (base(i), (i % 7) as u8),
@@ -714,6 +763,23 @@ mod tests {
                     prop_assert!(same(plain_sums[i] as f64, expected as f64), "{prog:?} uncounted nan sum at {i}");
                     prop_assert_eq!(counts[i], count, "{:?} count at {}", prog, i);
                 }
+                // Started, skipping NaNs: the value or 0, counted 1 or 0, whatever was there.
+                let mut nan_started = vec![7.5f32; TILE];
+                let mut plain_started = nan_started.clone();
+                let mut started_counts = vec![9u8; TILE];
+                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut nan_started, Some(&mut started_counts), SumMode::Start).unwrap();
+                fast.eval_add_f32_skip_nan(&mut scratch, &leaves, n, &mut plain_started, None, SumMode::Start).unwrap();
+                for i in 0..n {
+                    let (expected, count) = match want[i].is_nan() {
+                        true => (0.0, 0),
+                        false => (want[i] as f32, 1),
+                    };
+                    prop_assert!(same(nan_started[i] as f64, expected as f64), "{prog:?} started nan sum at {i}: {} vs {expected}", nan_started[i]);
+                    prop_assert!(same(plain_started[i] as f64, expected as f64), "{prog:?} started uncounted nan sum at {i}");
+                    prop_assert_eq!(started_counts[i], count, "{:?} started count at {}", prog, i);
+                }
+                prop_assert!(nan_started[n..].iter().chain(&plain_started[n..]).all(|x| *x == 7.5));
+                prop_assert!(started_counts[n..].iter().all(|c| *c == 9));
             }
         }
     }

@@ -1,6 +1,6 @@
 //! A fused elementwise expression compiled to a register program, evaluated tile by tile.
 
-use super::fast32::Fast32;
+use super::fast32::{Fast32, SumMode};
 use super::ops;
 use super::work::{cast, fill_const, load, Reg, Strided};
 use crate::array::{Buffer, DType};
@@ -155,24 +155,28 @@ impl Program {
         }
     }
 
-    /// Adds `n` values (n ≤ TILE) to the float32 running sums `sums` when the program runs in
-    /// single precision; `Ok(false)`, touching nothing, when it does not.
+    /// Adds `n` values (n ≤ TILE) to the float32 running sums `sums` (or starts them, by
+    /// `mode`) when the program runs in single precision; `Ok(false)`, touching nothing, when
+    /// it does not.
     pub fn eval_tile_add_f32(
         &self,
         regs: &mut Registers,
         leaves: &[(&Buffer, Strided)],
         n: usize,
         sums: &mut [f32],
+        mode: SumMode,
     ) -> Result<bool> {
         match regs.fast32.as_mut() {
-            Some((fast, scratch)) => fast.eval_add_f32(scratch, leaves, n, sums).map(|()| true),
+            Some((fast, scratch)) => fast
+                .eval_add_f32(scratch, leaves, n, sums, mode)
+                .map(|()| true),
             None => Ok(false),
         }
     }
 
     /// Adds the `n` values (n ≤ TILE) that are not NaN to the float32 running sums `sums`,
-    /// counting them in `counts` when given, when the program runs in single precision;
-    /// `Ok(false)`, touching nothing, when it does not.
+    /// counting them in `counts` when given (or starts both, by `mode`), when the program runs
+    /// in single precision; `Ok(false)`, touching nothing, when it does not.
     pub fn eval_tile_add_f32_skip_nan(
         &self,
         regs: &mut Registers,
@@ -180,10 +184,11 @@ impl Program {
         n: usize,
         sums: &mut [f32],
         counts: Option<&mut [u8]>,
+        mode: SumMode,
     ) -> Result<bool> {
         match regs.fast32.as_mut() {
             Some((fast, scratch)) => fast
-                .eval_add_f32_skip_nan(scratch, leaves, n, sums, counts)
+                .eval_add_f32_skip_nan(scratch, leaves, n, sums, counts, mode)
                 .map(|()| true),
             None => Ok(false),
         }

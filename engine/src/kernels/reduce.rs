@@ -146,6 +146,65 @@ fn partial_mismatch(func: ReduceFunc, why: &str) -> Error {
     Error::internal(format!("float32 partial sums of {}: {why}", func.name()))
 }
 
+/// The float32 sums of one or two partials.
+type SumParts<'a> = (&'a [f32], Option<&'a [f32]>);
+
+/// The counts of one or two nanmean partials.
+type CountParts<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// The sums (and counts, all or none) of `first` and `second`, of one length.
+fn widened_parts<'a>(
+    func: ReduceFunc,
+    first: &'a PartialSums,
+    second: Option<&'a PartialSums>,
+) -> Result<(SumParts<'a>, Option<CountParts<'a>>)> {
+    let sums = (first.sums()?, second.map(|p| p.sums()).transpose()?);
+    let counts = (first.counts()?, second.map(|p| p.counts()).transpose()?);
+    let len = sums.0.len();
+    if sums.1.is_some_and(|s| s.len() != len) {
+        return Err(partial_mismatch(func, "partial sums of different lengths"));
+    }
+    let counts = match counts {
+        (None, None | Some(None)) => None,
+        (Some(a), None) if a.len() == len => Some((a, None)),
+        (Some(a), Some(Some(b))) if a.len() == len && b.len() == len => Some((a, Some(b))),
+        _ => {
+            return Err(partial_mismatch(
+                func,
+                "counts missing, unexpected or of another length",
+            ))
+        }
+    };
+    Ok((sums, counts))
+}
+
+/// Writes (or with `add`, adds) each element's f64 sum of the partial sums to `out`.
+fn widen_into(out: &mut [f64], (a, b): SumParts, add: bool) {
+    match (b, add) {
+        (None, false) => out.iter_mut().zip(a).for_each(|(o, x)| *o = *x as f64),
+        (None, true) => out.iter_mut().zip(a).for_each(|(o, x)| *o += *x as f64),
+        (Some(b), false) => out
+            .iter_mut()
+            .zip(a.iter().zip(b))
+            .for_each(|(o, (x, y))| *o = *x as f64 + *y as f64),
+        (Some(b), true) => out
+            .iter_mut()
+            .zip(a.iter().zip(b))
+            .for_each(|(o, (x, y))| *o += *x as f64 + *y as f64),
+    }
+}
+
+/// Adds the partials' counts to `out`.
+fn count_into(out: &mut [u64], (a, b): CountParts) {
+    match b {
+        None => out.iter_mut().zip(a).for_each(|(o, c)| *o += u64::from(*c)),
+        Some(b) => out
+            .iter_mut()
+            .zip(a.iter().zip(b))
+            .for_each(|(o, (c, d))| *o += u64::from(*c) + u64::from(*d)),
+    }
+}
+
 fn init_minmax_f(max: bool) -> f64 {
     if max {
         f64::NEG_INFINITY
@@ -246,28 +305,31 @@ impl Accumulator {
     /// The accumulator of `partial`'s reduction (Sum, Mean, NanSum or NanMean) that starts
     /// from its float32 partial sums (see [`cascade`](super::cascade)).
     pub fn from_partial(partial: &PartialSums) -> Result<Self> {
+        Self::from_partials(partial, None)
+    }
+
+    /// [`Accumulator::from_partial`] of `first` and `second` (partial sums of the same
+    /// elements and reduction) together: each element starts from their f64 sum, made in one
+    /// pass.
+    pub fn from_partials(first: &PartialSums, second: Option<&PartialSums>) -> Result<Self> {
         use ReduceFunc::*;
-        let func = partial.func();
-        let sums = partial.sums()?;
-        let state = match (func, partial.counts()?) {
+        let func = first.func();
+        let (sums, counts) = widened_parts(func, first, second)?;
+        let len = sums.0.len();
+        let state = match (func, counts) {
             (Sum | Mean | NanSum, None) => {
-                let mut buf = Buffer::for_overwrite(DType::F64, sums.len());
-                buf.as_slice_mut::<f64>()?
-                    .iter_mut()
-                    .zip(sums)
-                    .for_each(|(o, x)| *o = *x as f64);
+                let mut buf = Buffer::for_overwrite(DType::F64, len);
+                widen_into(buf.as_slice_mut::<f64>()?, sums, false);
                 State::F(buf)
             }
-            (NanMean, Some(counts)) if counts.len() == sums.len() => State::NanMeanF(
-                sums.iter().map(|x| *x as f64).collect(),
-                counts.iter().map(|c| u64::from(*c)).collect(),
-            ),
-            _ => {
-                return Err(partial_mismatch(
-                    func,
-                    "counts missing, unexpected or of another length",
-                ))
+            (NanMean, Some(counts)) => {
+                let mut acc = vec![0.0; len];
+                let mut count = vec![0; len];
+                widen_into(&mut acc, sums, true);
+                count_into(&mut count, counts);
+                State::NanMeanF(acc, count)
             }
+            _ => return Err(partial_mismatch(func, "counts missing or unexpected")),
         };
         Ok(Accumulator { func, state })
     }
@@ -275,33 +337,43 @@ impl Accumulator {
     /// Adds the float32 partial sums (and nanmean's counts) of the same elements and the same
     /// reduction.
     pub fn add_partial(&mut self, partial: &PartialSums) -> Result<()> {
-        let sums = partial.sums()?;
+        self.add_partials(partial, None)
+    }
+
+    /// [`Accumulator::add_partial`] of `first` then `second`, in one pass: their f64 sum is
+    /// added to each element (one pass over the accumulator instead of two).
+    pub fn add_partials(
+        &mut self,
+        first: &PartialSums,
+        second: Option<&PartialSums>,
+    ) -> Result<()> {
         let func = self.func;
+        if let Some(other) = std::iter::once(first)
+            .chain(second)
+            .find(|p| p.func() != func)
+        {
+            let why = format!("given to {}", func.name());
+            return Err(partial_mismatch(other.func(), &why));
+        }
+        let (sums, counts) = widened_parts(func, first, second)?;
         let length = |len: usize| {
-            let why = format!("{} elements given to an accumulator of {len}", sums.len());
+            let why = format!("{} elements given to an accumulator of {len}", sums.0.len());
             partial_mismatch(func, &why)
         };
-        if partial.func() != func {
-            let why = format!("given to {}", func.name());
-            return Err(partial_mismatch(partial.func(), &why));
-        }
-        match (&mut self.state, partial.counts()?) {
+        match (&mut self.state, counts) {
             (State::F(buf), None) => {
                 let acc = buf.as_slice_mut::<f64>()?;
-                if acc.len() != sums.len() {
+                if acc.len() != sums.0.len() {
                     return Err(length(acc.len()));
                 }
-                acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
+                widen_into(acc, sums, true);
             }
             (State::NanMeanF(acc, count), Some(counts)) => {
-                if acc.len() != sums.len() || counts.len() != sums.len() {
+                if acc.len() != sums.0.len() || count.len() != sums.0.len() {
                     return Err(length(acc.len()));
                 }
-                acc.iter_mut().zip(sums).for_each(|(o, x)| *o += *x as f64);
-                count
-                    .iter_mut()
-                    .zip(counts)
-                    .for_each(|(o, c)| *o += u64::from(*c));
+                widen_into(acc, sums, true);
+                count_into(count, counts);
             }
             (_, _) => return Err(partial_mismatch(func, "the accumulator cannot take them")),
         }

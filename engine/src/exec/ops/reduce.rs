@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::exec::memory::Reservation;
 use crate::exec::task::{Processor, Task, TaskContext, WriteOp};
 use crate::kernels::cascade::{self, PartialSums};
+use crate::kernels::fast32::SumMode;
 use crate::kernels::region::drive_tiles;
 use crate::kernels::Accumulator;
 use crate::optimize::fuse::Fused;
@@ -49,21 +50,42 @@ struct Merge {
 }
 
 impl Merge {
-    /// Merges the waiting results that come next in group order.
+    /// Merges the waiting results that come next in group order. Float32 partial sums of
+    /// groups 2k and 2k + 1 are added to the merged sums together, in one pass over them
+    /// (the pairs are fixed, so results still do not depend on timing): partial sums of an
+    /// even group wait for the next group's.
     fn merge_ready(&mut self) -> Result<()> {
         while let Some((result, held)) = self.waiting.remove(&self.next) {
+            let pairs = self.next.is_multiple_of(2) && self.next + 1 < self.groups;
+            let second = match (&result, pairs) {
+                (GroupResult::Partial(_), true) => match self.waiting.remove(&(self.next + 1)) {
+                    Some((GroupResult::Partial(p), its_held)) => Some((p, its_held)),
+                    Some(other) => {
+                        self.waiting.insert(self.next + 1, other);
+                        None
+                    }
+                    None => {
+                        self.waiting.insert(self.next, (result, held));
+                        return Ok(());
+                    }
+                },
+                _ => None,
+            };
+            let merged_groups = 1 + usize::from(second.is_some());
             match (self.merged.as_mut(), result) {
                 (None, GroupResult::Acc(acc)) => self.merged = Some((acc, held)),
                 (None, GroupResult::Partial(partial)) => {
-                    let acc = Accumulator::from_partial(&partial)?;
+                    let acc = Accumulator::from_partials(&partial, second.as_ref().map(|s| &s.0))?;
                     self.merged = Some((acc, held));
                 }
                 (Some((merged, _)), GroupResult::Acc(acc)) => merged.merge(&acc)?,
                 (Some((merged, _)), GroupResult::Partial(partial)) => {
-                    merged.add_partial(&partial)?
+                    merged.add_partials(&partial, second.as_ref().map(|s| &s.0))?
                 }
             }
-            self.next += 1;
+            // The second group's partial sums and reservation go only now.
+            drop(second);
+            self.next += merged_groups;
         }
         Ok(())
     }
@@ -142,26 +164,37 @@ fn accumulator_in(
         .ok_or_else(|| Error::internal("reduction accumulator missing"))
 }
 
-/// The float32 partial sums (and nanmean's counts) of `len` elements in `slot` (made when it
-/// has none) to fold `terms` more values per element into, when they fit
-/// [`cascade::TERMS`]; flushed into `acc` first when they are full.
-#[allow(clippy::type_complexity)]
+/// Float32 running sums (and nanmean's counts) that one fold adds its values to.
+struct FoldSums<'a> {
+    sums: &'a mut [f32],
+    counts: Option<&'a mut [u8]>,
+    /// How the fold's first piece goes in (the others add).
+    first: SumMode,
+}
+
+/// The float32 partial sums of `len` elements in `slot` (made when it has none) to fold
+/// `terms` more values per element into, when they fit [`cascade::TERMS`]; flushed into
+/// `acc` first when they are full. `covers_all`: the fold's first piece gives every element
+/// exactly one value (so it may start the sums rather than add to zeroed ones).
 fn partial_for<'a>(
     slot: &'a mut Option<PartialSums>,
     acc: &mut Option<Accumulator>,
     func: ReduceFunc,
     len: usize,
     terms: u64,
-) -> Result<Option<(&'a mut [f32], Option<&'a mut [u8]>)>> {
+    covers_all: bool,
+) -> Result<Option<FoldSums<'a>>> {
     if terms > cascade::TERMS {
         return Ok(None);
     }
     let partial = slot.get_or_insert_with(|| PartialSums::new(func, len));
-    if !partial.has_room_for(terms) {
-        partial.flush_into(acc)?;
-    }
-    partial.added(terms);
-    partial.parts_mut().map(Some)
+    let first = partial.start_fold(acc, terms, covers_all)?;
+    let (sums, counts) = partial.parts_mut()?;
+    Ok(Some(FoldSums {
+        sums,
+        counts,
+        first,
+    }))
 }
 
 impl ReduceProcessor {
@@ -199,10 +232,25 @@ impl ReduceProcessor {
             *per_region.entry(kept.collect()).or_default() += values;
         }
         let terms = per_region.values().copied().max().unwrap_or(0);
+        // Whether the first piece gives each element of the accumulator exactly one value.
+        let covers_all = (0..rank).all(|d| match axes.contains(&d) {
+            true => first.shape[d] == 1,
+            false => {
+                first.start[d] == self.chunk_input.start[d]
+                    && first.shape[d] == self.chunk_input.shape[d]
+            }
+        });
         let (func, compute, acc_len) = (self.params.func, self.fused.dtype(), self.acc_len);
         let skip_nan = cascade::skips_nan(func);
         let mut partial = match self.cascade {
-            true => partial_for(&mut self.partial, &mut self.acc, func, acc_len, terms)?,
+            true => partial_for(
+                &mut self.partial,
+                &mut self.acc,
+                func,
+                acc_len,
+                terms,
+                covers_all,
+            )?,
             false => None,
         };
         let acc_slot = &mut self.acc;
@@ -244,7 +292,11 @@ impl ReduceProcessor {
             } else {
                 slab.min(extent - start)
             };
-            for ((piece, asm), offset) in assembled.iter_mut().zip(&offsets) {
+            for (i, ((piece, asm), offset)) in assembled.iter_mut().zip(&offsets).enumerate() {
+                let mode = match &partial {
+                    Some(p) if i == 0 => p.first,
+                    _ => SumMode::Add,
+                };
                 let mut leaves = asm.leaf_inputs(&self.arrays)?;
                 let mut shape = piece.shape.clone();
                 let mut base = *offset;
@@ -270,27 +322,41 @@ impl ReduceProcessor {
                             offset: at.offset + base,
                             ..at
                         };
-                        // Sums of single-precision programs add each tile straight in.
-                        if at.stride == 1 {
-                            if let Some((sums, counts)) = partial.as_mut() {
+                        // Sums of single-precision programs add each tile straight in (a lone value
+                        // lies where it lies, whatever the stride).
+                        if at.stride == 1 || n == 1 {
+                            if let Some(p) = partial.as_mut() {
                                 let range = at.offset..at.offset + n;
-                                let sums = &mut sums[range.clone()];
+                                let sums = &mut p.sums[range.clone()];
                                 let added = if skip_nan {
-                                    let counts = counts.as_deref_mut().map(|c| &mut c[range]);
+                                    let counts = p.counts.as_deref_mut().map(|c| &mut c[range]);
                                     program.eval_tile_add_f32_skip_nan(
                                         &mut regs,
                                         tile_leaves,
                                         n,
                                         sums,
                                         counts,
+                                        mode,
                                     )?
                                 } else {
-                                    program.eval_tile_add_f32(&mut regs, tile_leaves, n, sums)?
+                                    program.eval_tile_add_f32(
+                                        &mut regs,
+                                        tile_leaves,
+                                        n,
+                                        sums,
+                                        mode,
+                                    )?
                                 };
                                 if added {
                                     return Ok(());
                                 }
                             }
+                        }
+                        // A piece that starts the running sums writes every element of them.
+                        if mode == SumMode::Start {
+                            return Err(Error::internal(
+                                "a tile that starts float32 running sums did not reach them",
+                            ));
                         }
                         let acc = accumulator_in(acc_slot, func, compute, acc_len)?;
                         if at.stride == 1 {
@@ -661,6 +727,35 @@ mod tests {
         // Each partial is widened to f64 before it is added, in group order.
         let first = 3.0f64 + (1e8f32 as f64 + 1.0) + 1e-3f32 as f64;
         assert_eq!(out.as_slice::<f64>().unwrap(), &[first, -1.0 + 0.75 + 2.0]);
+    }
+
+    #[test]
+    fn partial_sums_of_paired_groups_merge_together_whatever_the_order_they_finish_in() {
+        let big = 2f32.powi(53);
+        let mut m = Merge {
+            groups: 5,
+            next: 0,
+            merged: None,
+            waiting: BTreeMap::new(),
+        };
+        // Group 0 waits for group 1, its pair.
+        m.waiting.insert(0, (partial(&[big, 1.0]), None));
+        m.merge_ready().unwrap();
+        assert_eq!((m.next, m.merged.is_none()), (0, true));
+        m.waiting.insert(3, (partial(&[1.0, 1.0]), None));
+        m.waiting.insert(1, (partial(&[1.0, 1.0]), None));
+        m.merge_ready().unwrap();
+        assert_eq!(m.next, 2);
+        m.waiting.insert(4, (partial(&[0.5, 0.5]), None));
+        m.waiting.insert(2, (partial(&[1.0, 1.0]), None));
+        m.merge_ready().unwrap();
+        assert_eq!(m.next, 5);
+        let (merged, _) = m.merged.take().unwrap();
+        let out = merged.finish(DType::F64, 1, 0.0).unwrap();
+        // Pairs (0, 1) and (2, 3) are summed in f64 first: 2^53 + 1 rounds to 2^53, then
+        // 1 + 1 adds exactly; added one by one, each 1 would round away. Group 4 has no pair.
+        let b = big as f64;
+        assert_eq!(out.as_slice::<f64>().unwrap(), &[b + 2.0 + 0.5, 4.5]);
     }
 
     #[test]
