@@ -1065,8 +1065,10 @@ impl crate::exec::Processor for DecodeOnly {
 }
 
 /// The read floor: reads and decodes every chunk of `url` through the scheduler and the IO
-/// threads, as a run does, with no compute and no writes.
+/// threads, as a run does, with no compute and no writes. Timed as a run is: from before the
+/// array is opened and the scheduler made.
 pub fn read_floor(url: &str, threads: usize, max_mem: Option<u64>) -> Result<CodecFloor> {
+    let t0 = Instant::now();
     let max_mem = max_mem.unwrap_or_else(default_max_mem);
     let array = Arc::new(ZarrArray::open(open_store(url, 8)?)?.with_inner_reads());
     let progress = Arc::new(Progress::new(false));
@@ -1083,7 +1085,6 @@ pub fn read_floor(url: &str, threads: usize, max_mem: Option<u64>) -> Result<Cod
     // Tasks of about 64 MiB of chunks, read in batches of one chunk per thread.
     let per_task = ((64u64 << 20) / chunk_bytes.max(1)).max(1) as usize;
     let per_batch = scheduler.threads().max(1);
-    let t0 = Instant::now();
     let tasks = indices
         .chunks(per_task)
         .map(|group| {
