@@ -40,6 +40,7 @@ import os
 import platform
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,8 @@ class Row:
     nbytes: int = 0
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Seconds of every run, in round order.
+    runs: list[float] = field(default_factory=list)
 
     @property
     def gbps(self) -> float | None:
@@ -178,6 +181,7 @@ def _run_once(
         row.note = f"no JSON on stdout: {proc.stdout[-200:]!r}"
         return False
     seconds = float(out[seconds_key]) if seconds_key else proc.wall
+    row.runs.append(seconds)
     if row.seconds is None or seconds < row.seconds:
         row.seconds, row.wall, row.extra = seconds, proc.wall, out
     row.peak_rss = max(row.peak_rss or 0, proc.peak_rss)
@@ -360,19 +364,37 @@ def table(rows: list[Row], checks: dict[tuple[str, str], str]) -> list[str]:
         "| note |",
         "|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
-    base: dict[str, float] = {}
+    base: dict[str, Row] = {}
     for r in rows:
         if r.tool == "chunkfuse" and r.seconds:
-            base[r.op] = r.seconds
+            base[r.op] = r
     for r in rows:
-        ratio = r.seconds / base[r.op] if r.seconds and r.op in base else None
+        ratio = r.seconds / base[r.op].seconds if r.seconds and r.op in base else None
         rss = r.peak_rss / 2**20 if r.peak_rss else None
+        note = r.note
+        if r.tool.endswith("floor") and r.op in base:
+            note = "; ".join(n for n in (note, per_round(base[r.op], r)) if n)
         lines.append(
             f"| {r.op} | {r.tool} | {fmt(r.seconds, '.3f')} | {fmt(r.gbps, '.2f')} | "
             f"{fmt(r.wall, '.2f')} | {fmt(rss, '.0f')} | {fmt(ratio, '.2f')} | "
-            f"{checks.get((r.op, r.tool), '')} | {r.note} |"
+            f"{checks.get((r.op, r.tool), '')} | {note} |"
         )
     return lines
+
+
+def per_round(chunkfuse: Row, floor: Row) -> str:
+    """chunkfuse's time over its floor's in each round (the two ran minutes apart at most),
+    beside the ratio of their bests: on a host whose speed drifts, the best of one may come
+    from a faster minute than the best of the other."""
+    if not floor.runs or len(chunkfuse.runs) != len(floor.runs):
+        return ""
+    ratios = sorted(c / f for c, f in zip(chunkfuse.runs, floor.runs, strict=True) if f > 0)
+    if not ratios:
+        return ""
+    return (
+        f"chunkfuse / floor per round: median {statistics.median(ratios):.2f} "
+        f"({ratios[0]:.2f}–{ratios[-1]:.2f})"
+    )
 
 
 def plot(rows: list[Row], out: Path) -> str:
