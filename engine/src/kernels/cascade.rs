@@ -252,6 +252,12 @@ mod tests {
         assert!(acc.add_partial(&nanmean).is_err());
         let short = PartialSums::new(ReduceFunc::Sum, 3);
         assert!(acc.add_partial(&short).is_err());
+        // Nor paired with partial sums of another reduction or length.
+        let mut mean = PartialSums::new(ReduceFunc::Mean, 2);
+        mean.added(1);
+        assert!(Accumulator::from_partials(&sum, Some(&mean)).is_err());
+        assert!(acc.add_partials(&sum, Some(&mean)).is_err());
+        assert!(Accumulator::from_partials(&sum, Some(&short)).is_err());
     }
 
     #[test]

@@ -152,12 +152,20 @@ type SumParts<'a> = (&'a [f32], Option<&'a [f32]>);
 /// The counts of one or two nanmean partials.
 type CountParts<'a> = (&'a [u8], Option<&'a [u8]>);
 
-/// The sums (and counts, all or none) of `first` and `second`, of one length.
+/// The sums (and counts, all or none) of `first` and `second`, partial sums of `func` of
+/// one length.
 fn widened_parts<'a>(
     func: ReduceFunc,
     first: &'a PartialSums,
     second: Option<&'a PartialSums>,
 ) -> Result<(SumParts<'a>, Option<CountParts<'a>>)> {
+    if let Some(other) = std::iter::once(first)
+        .chain(second)
+        .find(|p| p.func() != func)
+    {
+        let why = format!("given to {}", func.name());
+        return Err(partial_mismatch(other.func(), &why));
+    }
     let sums = (first.sums()?, second.map(|p| p.sums()).transpose()?);
     let counts = (first.counts()?, second.map(|p| p.counts()).transpose()?);
     let len = sums.0.len();
@@ -348,13 +356,6 @@ impl Accumulator {
         second: Option<&PartialSums>,
     ) -> Result<()> {
         let func = self.func;
-        if let Some(other) = std::iter::once(first)
-            .chain(second)
-            .find(|p| p.func() != func)
-        {
-            let why = format!("given to {}", func.name());
-            return Err(partial_mismatch(other.func(), &why));
-        }
         let (sums, counts) = widened_parts(func, first, second)?;
         let length = |len: usize| {
             let why = format!("{} elements given to an accumulator of {len}", sums.0.len());
