@@ -281,10 +281,7 @@ impl Fast32 {
         counts: Option<&mut [u8]>,
         mode: SumMode,
     ) -> Result<()> {
-        match mode {
-            SumMode::Add => self.dispatch(scratch, leaves, n, AddSkipNan(sums, counts)),
-            SumMode::Start => self.dispatch(scratch, leaves, n, StartSkipNan(sums, counts)),
-        }
+        self.dispatch(scratch, leaves, n, SkipNan(sums, counts, mode))
     }
 
     /// [`eval_impl`](Self::eval_impl) compiled for AVX2 where the CPU has it.
@@ -459,12 +456,9 @@ struct Write<'a, T>(&'a mut [T]);
 /// Added to a slice's running sums.
 struct Add<'a, T>(&'a mut [T]);
 
-/// Added to float32 running sums unless NaN, and counted when counts are given.
-struct AddSkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>);
-
-/// Written as float32 running sums' first values (0 for NaN), and counted (1, or 0 for NaN)
-/// when counts are given.
-struct StartSkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>);
+/// Added to float32 running sums unless NaN, and counted when counts are given; with
+/// [`SumMode::Start`], written as the sums' first values (0 for NaN) and counts (1, or 0).
+struct SkipNan<'a>(&'a mut [f32], Option<&'a mut [u8]>, SumMode);
 
 impl<T: Copy + From<f32>> Sink for Write<'_, T> {
     #[inline(always)]
@@ -486,40 +480,41 @@ impl<T: Copy + From<f32> + std::ops::AddAssign> Sink for Add<'_, T> {
     }
 }
 
-impl Sink for AddSkipNan<'_> {
+impl Sink for SkipNan<'_> {
     #[inline(always)]
     fn put(self, n: usize, values: impl Iterator<Item = f32>) {
-        // Branch-free, so the loops vectorize.
-        match self.1 {
-            None => self.0[..n]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(s, x)| *s += if x.is_nan() { 0.0 } else { x }),
-            Some(counts) => {
-                for ((s, c), x) in self.0[..n].iter_mut().zip(&mut counts[..n]).zip(values) {
-                    let seen = !x.is_nan();
-                    *s += if seen { x } else { 0.0 };
-                    *c += seen as u8;
-                }
+        match self.2 {
+            SumMode::Add => {
+                skip_nan_into(self.0, self.1, n, values, |s, x| *s += x, |c, k| *c += k)
+            }
+            SumMode::Start => {
+                skip_nan_into(self.0, self.1, n, values, |s, x| *s = x, |c, k| *c = k)
             }
         }
     }
 }
 
-impl Sink for StartSkipNan<'_> {
-    #[inline(always)]
-    fn put(self, n: usize, values: impl Iterator<Item = f32>) {
-        match self.1 {
-            None => self.0[..n]
-                .iter_mut()
-                .zip(values)
-                .for_each(|(s, x)| *s = if x.is_nan() { 0.0 } else { x }),
-            Some(counts) => {
-                for ((s, c), x) in self.0[..n].iter_mut().zip(&mut counts[..n]).zip(values) {
-                    let seen = !x.is_nan();
-                    *s = if seen { x } else { 0.0 };
-                    *c = seen as u8;
-                }
+/// Each of `n` values (0 where NaN) into `sums` by `sum`, and 1 (0 where NaN) into `counts`
+/// by `count` when given. Branch-free, so the loops vectorize.
+#[inline(always)]
+fn skip_nan_into(
+    sums: &mut [f32],
+    counts: Option<&mut [u8]>,
+    n: usize,
+    values: impl Iterator<Item = f32>,
+    sum: impl Fn(&mut f32, f32),
+    count: impl Fn(&mut u8, u8),
+) {
+    match counts {
+        None => sums[..n]
+            .iter_mut()
+            .zip(values)
+            .for_each(|(s, x)| sum(s, if x.is_nan() { 0.0 } else { x })),
+        Some(counts) => {
+            for ((s, c), x) in sums[..n].iter_mut().zip(&mut counts[..n]).zip(values) {
+                let seen = !x.is_nan();
+                sum(s, if seen { x } else { 0.0 });
+                count(c, seen as u8);
             }
         }
     }

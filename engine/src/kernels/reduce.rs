@@ -333,7 +333,7 @@ impl Accumulator {
             (NanMean, Some(counts)) => {
                 let mut acc = vec![0.0; len];
                 let mut count = vec![0; len];
-                widen_into(&mut acc, sums, true);
+                widen_into(&mut acc, sums, false);
                 count_into(&mut count, counts);
                 State::NanMeanF(acc, count)
             }
