@@ -148,3 +148,21 @@ def test_write_into_an_existing_array_keeps_its_metadata(tmp_path: Path) -> None
     plan["ops"][1]["codec"] = {"name": "zstd"}
     with pytest.raises(ValueError, match=r"ops\[1\]\.codec"):
         chunkfuse.run_plan(plan)
+
+
+def test_help_lists_every_public_name() -> None:
+    """help(chunkfuse) shows every name of __all__, the lazily imported ones included."""
+    import pydoc
+
+    import chunkfuse
+
+    text = pydoc.render_doc(chunkfuse, renderer=pydoc.plaintext)
+    documented = text.split("\nCLASSES\n", 1)[-1]  # past the module docstring
+    assert "class RustExecutor" in documented
+    assert "\n    rechunk(source" in documented
+    for name in chunkfuse.__all__:
+        if not name.startswith("__"):
+            assert name in documented, name
+    assert "RustExecutor" in dir(chunkfuse) and "rechunk" in dir(chunkfuse)
+    missing = [n for n in chunkfuse.__all__ if not hasattr(chunkfuse, n)]
+    assert not missing

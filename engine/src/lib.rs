@@ -7,9 +7,11 @@
 //! memory, progress) and [`run`] (the entry points used by the CLI and the Python bindings).
 
 pub mod array;
+pub mod cancel;
 pub mod chunk_job;
 pub mod error;
 pub mod exec;
+pub mod fork_safe;
 pub mod kernels;
 pub mod optimize;
 pub mod plan;

@@ -7,11 +7,12 @@
 //! contiguous part of the destination (whole rows of a full read) decodes straight into it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use crate::array::buffer::for_each_run;
 use crate::array::Region;
 use crate::error::{Error, Result};
+use crate::fork_safe::ForkSafe;
 use crate::store::{open_store, ReadRequest};
 use crate::zarr::ZarrArray;
 
@@ -344,16 +345,18 @@ fn shard_items(
 }
 
 /// The decode pool of `threads` threads (0: one per core), made once per size and kept, so
-/// a training loop calling [`read_windows`] often does not start threads each time.
+/// a training loop calling [`read_windows`] often does not start threads each time. A child
+/// process forked after the pools were made gets its own (see [`crate::fork_safe`]).
 fn decode_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    type Pools = Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>;
+    static POOLS: ForkSafe<Pools> = ForkSafe::new();
     let threads = if threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
         threads
     };
-    let mut pools = POOLS
-        .get_or_init(Default::default)
+    let pools = POOLS.get_or_init(Pools::default);
+    let mut pools = pools
         .lock()
         .map_err(|_| Error::internal("decode pool registry poisoned"))?;
     if let Some(p) = pools.get(&threads) {
@@ -453,12 +456,13 @@ fn decode_all(
     let mut next = ahead;
     pool.in_place_scope(|scope| {
         for _ in 0..batches.len() {
-            let Ok((b, result)) = rx.recv() else {
-                fail(Error::store(
-                    array.url(),
-                    "IO thread ended without an answer",
-                ));
-                break;
+            let lost = || Error::store(array.url(), "IO thread ended without an answer");
+            let (b, result) = match crate::cancel::recv(&rx, lost) {
+                Ok(answer) => answer,
+                Err(e) => {
+                    fail(e);
+                    break;
+                }
             };
             let values = match result {
                 Ok(v) => v,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from chunkfuse import _engine, iomode
-from chunkfuse.iomode import io_mode, set_io
+from chunkfuse.iomode import io_mode, set_io, set_io_timeouts
 from chunkfuse.reading import ArrayReader, read, read_windows
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "rechunk",
     "run_plan",
     "set_io",
+    "set_io_timeouts",
 ]
 
 __version__: str = _engine.version()
@@ -75,6 +76,15 @@ def run_plan(
         text, dict(params or {}), max_mem, threads, work_dir, progress, resume, device
     )
     return json.loads(summary)
+
+
+#: Names made on first use (they import Cubed and zarr-python only when asked for).
+_LAZY = ("RustExecutor", "rechunk")
+
+
+def __dir__() -> list[str]:
+    # help(chunkfuse) and tab completion list the lazy names too.
+    return sorted({*globals(), *_LAZY})
 
 
 def __getattr__(name: str) -> Any:

@@ -1,11 +1,9 @@
-//! Runs an engine call on its own thread while the calling Python thread waits with the GIL
+//! Runs a plan through the gate (`crate::gate`): the calling Python thread waits with the GIL
 //! released, waking every 50 ms to handle signals (Ctrl-C cancels) and report progress.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::Duration;
 
 use chunkfuse_engine::exec::progress::Progress;
 use chunkfuse_engine::run::{RunOptions, RunSummary};
@@ -62,7 +60,7 @@ pub fn drive_with<F, M>(
     on_error: M,
 ) -> PyResult<String>
 where
-    F: FnOnce() -> chunkfuse_engine::Result<RunSummary> + Send + 'static,
+    F: FnOnce() -> chunkfuse_engine::Result<RunSummary> + Send,
     M: FnOnce(Python<'_>, chunkfuse_engine::Error) -> PyErr,
 {
     let mut reported = (0u64, 0u64);
@@ -79,40 +77,7 @@ where
         }
         Ok(())
     };
-    let (tx, rx) = mpsc::channel();
-    let engine = std::thread::Builder::new()
-        .name("chunkfuse-run".into())
-        .spawn(move || {
-            // The receiver only goes away when Python gave up waiting; nothing to report then.
-            let _ = tx.send(job());
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the engine thread: {e}")))?;
-    let mut rx = rx;
-    let outcome = loop {
-        // The receiver is not Sync, so it moves into the GIL-free closure and back out.
-        let (back, received) = py.detach(move || {
-            let received = rx.recv_timeout(Duration::from_millis(50));
-            (rx, received)
-        });
-        rx = back;
-        match received {
-            Ok(result) => break result,
-            Err(RecvTimeoutError::Timeout) => {
-                if let Err(stop) = py.check_signals().and_then(|()| report()) {
-                    cancel.store(true, Ordering::SeqCst);
-                    // Wait for the engine to stop so nothing runs after we return.
-                    let _ = py.detach(|| engine.join());
-                    return Err(stop);
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(PyRuntimeError::new_err(
-                    "the engine thread stopped without a result",
-                ))
-            }
-        }
-    };
-    let _ = py.detach(|| engine.join());
+    let outcome = crate::gate::run(py, cancel, job, &mut report)?;
     let summary = outcome.map_err(|e| on_error(py, e))?;
     report()?;
     serde_json::to_string(&summary).map_err(|e| PyRuntimeError::new_err(e.to_string()))

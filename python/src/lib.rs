@@ -3,6 +3,7 @@
 
 mod chunk_function;
 mod driver;
+mod gate;
 mod reading;
 
 use std::collections::BTreeMap;
@@ -89,13 +90,10 @@ fn parse_bytes(text: &str) -> PyResult<u64> {
 /// as `chunkfuse info --json` prints it.
 #[pyfunction]
 fn array_info(py: Python<'_>, url: &str) -> PyResult<Py<PyAny>> {
-    let url = url.to_string();
-    let text = py
-        .detach(move || {
-            chunkfuse_engine::run::info(&url)
-                .and_then(|i| serde_json::to_string(&i).map_err(|e| Error::internal(e.to_string())))
-        })
-        .map_err(to_py)?;
+    let text = gate::call(py, || {
+        chunkfuse_engine::run::info(url)
+            .and_then(|i| serde_json::to_string(&i).map_err(|e| Error::internal(e.to_string())))
+    })?;
     let json = py.import("json")?;
     Ok(json.call_method1("loads", (text,))?.unbind())
 }
@@ -109,6 +107,41 @@ fn set_io(mode: &str) -> PyResult<()> {
     uring::reader_for(mode, None).map_err(to_py)?;
     uring::set_io_mode(mode);
     Ok(())
+}
+
+/// Sets the timeouts (seconds) of object stores opened from now on, process-wide; with no
+/// arguments, goes back to the environment (`CHUNKFUSE_IO_CONNECT_TIMEOUT_S`,
+/// `CHUNKFUSE_IO_TIMEOUT_S`, `CHUNKFUSE_IO_RETRY_TIMEOUT_S`) and the defaults. Returns the
+/// longest a request to a server that never answers takes to fail, in seconds.
+#[pyfunction]
+#[pyo3(signature = (connect=None, request=None, retry=None))]
+fn set_io_timeouts(
+    connect: Option<f64>,
+    request: Option<f64>,
+    retry: Option<f64>,
+) -> PyResult<f64> {
+    use chunkfuse_engine::store::object::{set_timeouts, Timeouts};
+    use std::time::Duration;
+    let seconds = |name: &str, v: Option<f64>, default: Duration| match v {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(PyValueError::new_err(format!(
+            "{name} must be a number of seconds >= 0, got {s}"
+        ))),
+    };
+    let timeouts = if connect.is_none() && request.is_none() && retry.is_none() {
+        None
+    } else {
+        set_timeouts(None).map_err(to_py)?;
+        let now = Timeouts::current();
+        Some(Timeouts {
+            connect: seconds("connect", connect, now.connect)?,
+            request: seconds("request", request, now.request)?,
+            retry: seconds("retry", retry, now.retry)?,
+        })
+    };
+    set_timeouts(timeouts).map_err(to_py)?;
+    Ok(Timeouts::current().worst_case().as_secs_f64())
 }
 
 /// How local files are read now (`"auto"`, `"uring"` or `"pread"`).
@@ -130,6 +163,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reading::ArrayReader>()?;
     m.add_function(wrap_pyfunction!(set_io, m)?)?;
     m.add_function(wrap_pyfunction!(io_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(set_io_timeouts, m)?)?;
     m.add("__version__", chunkfuse_engine::VERSION)?;
     Ok(())
 }

@@ -24,8 +24,7 @@ impl ArrayReader {
     /// `memory://` URL).
     #[new]
     fn new(py: Python<'_>, url: &str) -> PyResult<Self> {
-        let url = url.to_string();
-        let array = py.detach(|| read::open_array(&url, 8)).map_err(to_py)?;
+        let array = crate::gate::call(py, || read::open_array(url, 8))?;
         Ok(ArrayReader {
             array: Arc::new(array),
         })
@@ -47,6 +46,21 @@ impl ArrayReader {
     #[getter]
     fn url(&self) -> String {
         self.array.url().to_string()
+    }
+
+    /// Pickles by URL: the copy (in a spawned worker, say) opens the array again.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        let url = slf.get().array.url().to_string();
+        Ok((slf.get_type().into_any(), (url,)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "ArrayReader({:?}, shape={:?}, dtype={})",
+            self.array.url(),
+            self.array.shape(),
+            self.array.dtype().name()
+        )
     }
 
     /// Fills `out` (a writable C-contiguous uint8 buffer of exactly `len(starts) *
@@ -71,14 +85,14 @@ impl ArrayReader {
         let ptr = buffer.buf_ptr() as usize;
         let len = buffer.len_bytes();
         let array = self.array.clone();
-        py.detach(move || {
+        crate::gate::call(py, move || {
             // SAFETY: the buffer protocol keeps `out`'s memory alive and in place while
-            // `buffer` is held (until this function returns), it is writable and
-            // `len` bytes long; no Python code runs on it meanwhile (this call holds it).
+            // `buffer` is held (until this function returns, and the gate returns only once
+            // this closure has), it is writable and `len` bytes long; no Python code writes
+            // it meanwhile (this call holds it).
             let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
             read::read_windows(&array, &starts, &shape, dst, threads)
-        })
-        .map_err(to_py)?;
+        })?;
         drop(buffer);
         Ok(())
     }

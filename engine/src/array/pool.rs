@@ -8,7 +8,8 @@
 //! so tasks' buffers and the pool together stay within the budget. Buffers beyond the limit
 //! are freed.
 
-use std::sync::Mutex;
+use std::cell::RefCell;
+use std::sync::{Mutex, MutexGuard, Once};
 
 /// Buffers smaller than this are not pooled.
 pub const MIN_POOLED: usize = 64 * 1024;
@@ -83,8 +84,25 @@ impl Pool {
         }
     }
 
+    /// The pool's state, locked. The first call registers fork handlers that hold the lock
+    /// across `fork`, so a child never inherits it locked by a thread that is not there.
+    fn lock(&self) -> std::sync::LockResult<MutexGuard<'_, State>> {
+        static REGISTER: Once = Once::new();
+        REGISTER.call_once(|| {
+            // SAFETY: the handlers only lock and unlock the pool's mutex on the forking thread.
+            unsafe {
+                libc::pthread_atfork(
+                    Some(lock_for_fork),
+                    Some(unlock_after_fork),
+                    Some(unlock_after_fork),
+                );
+            }
+        });
+        self.state.lock()
+    }
+
     fn update(&self, f: impl FnOnce(&mut State)) {
-        let dropped = match self.state.lock() {
+        let dropped = match self.lock() {
             Ok(mut s) => {
                 f(&mut s);
                 s.trim()
@@ -95,7 +113,7 @@ impl Pool {
     }
 
     fn held(&self) -> u64 {
-        self.state.lock().map(|s| s.held).unwrap_or(0)
+        self.lock().map(|s| s.held).unwrap_or(0)
     }
 
     /// The smallest pooled buffer that holds `len` bytes (at most twice as large), with the
@@ -104,7 +122,7 @@ impl Pool {
         if len < MIN_POOLED {
             return None;
         }
-        let mut s = self.state.lock().ok()?;
+        let mut s = self.lock().ok()?;
         // The smallest buffer that fits, so small requests leave large buffers to the requests
         // that need them.
         let i = s
@@ -186,7 +204,7 @@ impl Pool {
             return;
         }
         let mut evicted = Vec::new();
-        if let Ok(mut s) = self.state.lock() {
+        if let Ok(mut s) = self.lock() {
             if cap > s.limit() {
                 return;
             }
@@ -241,6 +259,22 @@ fn advise_huge_pages(v: &mut Vec<u8>) {
 }
 
 static POOL: Pool = Pool::new(64 << 20);
+
+thread_local! {
+    /// The pool's lock, held by the forking thread from just before `fork` to just after.
+    static HELD_ACROSS_FORK: RefCell<Option<MutexGuard<'static, State>>> =
+        const { RefCell::new(None) };
+}
+
+extern "C" fn lock_for_fork() {
+    if let Ok(guard) = POOL.state.lock() {
+        HELD_ACROSS_FORK.with(|held| *held.borrow_mut() = Some(guard));
+    }
+}
+
+extern "C" fn unlock_after_fork() {
+    HELD_ACROSS_FORK.with(|held| drop(held.borrow_mut().take()));
+}
 
 /// Sets how many bytes the pool may hold (the memory budget sets aside this much).
 pub fn set_capacity(bytes: u64) {

@@ -25,6 +25,18 @@ struct Cli {
     /// files mapped), uring, or pread (a thread pool). Default: $CHUNKFUSE_IO, else auto.
     #[arg(long, global = true, value_name = "auto|uring|pread")]
     io: Option<String>,
+    /// Seconds one object-storage request may take before it fails (and is retried).
+    /// Default: $CHUNKFUSE_IO_TIMEOUT_S, else 30.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    io_timeout: Option<f64>,
+    /// Seconds to connect to an object-storage server. Default:
+    /// $CHUNKFUSE_IO_CONNECT_TIMEOUT_S, else 10.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    io_connect_timeout: Option<f64>,
+    /// Seconds within which failed object-storage requests are retried. Default:
+    /// $CHUNKFUSE_IO_RETRY_TIMEOUT_S, else 60.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    io_retry_timeout: Option<f64>,
 }
 
 #[derive(Args)]
@@ -223,12 +235,42 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Error> {
     Ok(())
 }
 
+/// Applies the `--io-*timeout` options (each over the environment and the defaults).
+fn set_timeouts(cli: &Cli) -> Result<(), Error> {
+    use chunkfuse_engine::store::object::{set_timeouts, Timeouts};
+    let given = [
+        ("--io-connect-timeout", cli.io_connect_timeout),
+        ("--io-timeout", cli.io_timeout),
+        ("--io-retry-timeout", cli.io_retry_timeout),
+    ];
+    if given.iter().all(|(_, v)| v.is_none()) {
+        return Ok(());
+    }
+    let mut seconds = [None; 3];
+    for (slot, (flag, value)) in seconds.iter_mut().zip(given) {
+        if let Some(v) = value {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::plan(flag, format!("must be seconds >= 0, got {v}")));
+            }
+            *slot = Some(std::time::Duration::from_secs_f64(v));
+        }
+    }
+    let now = Timeouts::current();
+    set_timeouts(Some(Timeouts {
+        connect: seconds[0].unwrap_or(now.connect),
+        request: seconds[1].unwrap_or(now.request),
+        retry: seconds[2].unwrap_or(now.retry),
+    }))
+    .map_err(|e| e.with_field("--io-timeout"))
+}
+
 fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
     if let Some(io) = &cli.io {
         let mode =
             chunkfuse_engine::store::uring::IoMode::parse(io).map_err(|e| e.with_field("--io"))?;
         chunkfuse_engine::store::uring::set_io_mode(mode);
     }
+    set_timeouts(&cli)?;
     match cli.command {
         Command::Run {
             plan,
@@ -361,7 +403,9 @@ fn main() -> ExitCode {
         }
         eprintln!("chunkfuse: cancelling (press Ctrl-C again to exit at once)");
     });
-    match main_inner(cli, cancel) {
+    // Waits on IO (metadata, `info`, reads) end at the first Ctrl-C too (exit 130).
+    let scoped = cancel.clone();
+    match chunkfuse_engine::cancel::scope(scoped, || main_inner(cli, cancel)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("chunkfuse: {e}");

@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use super::memory::{Budget, Reservation};
 use super::progress::Progress;
@@ -28,6 +30,9 @@ struct Shared {
     active: Mutex<usize>,
     idle: Condvar,
     stop: AtomicBool,
+    /// The tasks started (those ended drop out as their last reference goes), so Ctrl-C can
+    /// end the ones that only wait for reads.
+    started: Mutex<Vec<Weak<Mutex<Running>>>>,
 }
 
 impl Shared {
@@ -131,12 +136,18 @@ impl Scheduler {
 
     /// Runs every task of a stage and returns when all have finished, or the first error
     /// once every started task has stopped.
+    ///
+    /// Ctrl-C (the cancel flag) stops the stage within a fraction of a second: a watcher ends
+    /// the tasks that only wait for reads (a server that accepted the connection and never
+    /// answers cannot hold the run), tasks computing finish their batch and stop, and writes
+    /// still in flight get [`WRITE_GRACE`] to land (each write is whole or absent).
     pub fn run(&self, tasks: Vec<Task>) -> Result<()> {
         let shared = Arc::new(Shared {
             error: Mutex::new(None),
             active: Mutex::new(0),
             idle: Condvar::new(),
             stop: AtomicBool::new(false),
+            started: Mutex::new(Vec::new()),
         });
         let ctx = Arc::new(Ctx {
             pool: self.pool.clone(),
@@ -144,6 +155,19 @@ impl Scheduler {
             shared: shared.clone(),
             cancel: self.cancel.clone(),
         });
+        let (finished, finished_rx) = mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            let watched = ctx.clone();
+            scope.spawn(move || watch_cancel(&watched, finished_rx));
+            let result = self.dispatch_and_wait(&ctx, tasks);
+            drop(finished);
+            result
+        })
+    }
+
+    /// Starts the tasks as memory allows and waits for them.
+    fn dispatch_and_wait(&self, ctx: &Arc<Ctx>, tasks: Vec<Task>) -> Result<()> {
+        let shared = &ctx.shared;
         for task in tasks {
             if self.cancel.load(Ordering::SeqCst) {
                 shared.fail(Error::cancelled());
@@ -153,7 +177,7 @@ impl Scheduler {
             }
             // Only a few tasks per compute thread are in flight: enough to keep reads ahead
             // of compute, few enough that their buffers cycle through the pool.
-            if !wait_for_slot(&shared, self.max_in_flight()) {
+            if !wait_for_slot(shared, self.max_in_flight()) {
                 break;
             }
             let reservation = match self.budget.reserve(task.memory, &task.label, &shared.stop) {
@@ -167,23 +191,26 @@ impl Scheduler {
             if let Ok(mut a) = shared.active.lock() {
                 *a += 1;
             }
-            start(&ctx, task, reservation);
+            start(ctx, task, reservation);
         }
         // Wait for every started task, watching for Ctrl-C.
         let mut active = shared
             .active
             .lock()
             .map_err(|_| Error::internal("scheduler lock poisoned"))?;
+        let mut cancelled_at = None;
         while *active > 0 {
             if self.cancel.load(Ordering::SeqCst) {
-                shared.stop.store(true, Ordering::SeqCst);
-                if let Ok(mut slot) = shared.error.lock() {
-                    slot.get_or_insert(Error::cancelled());
+                shared.fail(Error::cancelled());
+                let at = *cancelled_at.get_or_insert_with(Instant::now);
+                if at.elapsed() >= WRITE_GRACE {
+                    // Writes to a store that does not answer are abandoned (never partial).
+                    break;
                 }
             }
             active = shared
                 .idle
-                .wait_timeout(active, std::time::Duration::from_millis(50))
+                .wait_timeout(active, crate::cancel::POLL)
                 .map_err(|_| Error::internal("scheduler lock poisoned"))?
                 .0;
         }
@@ -194,6 +221,34 @@ impl Scheduler {
         match shared.error.lock().ok().and_then(|mut e| e.take()) {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+/// How long a cancelled stage waits for writes in flight before it returns.
+pub const WRITE_GRACE: Duration = Duration::from_millis(500);
+
+/// Until the stage is over (`finished` disconnects): on Ctrl-C, stops the stage and ends the
+/// tasks that wait for reads.
+fn watch_cancel(ctx: &Arc<Ctx>, finished: mpsc::Receiver<()>) {
+    loop {
+        match finished.recv_timeout(crate::cancel::POLL) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if ctx.cancel.load(Ordering::SeqCst) {
+            ctx.shared.fail(Error::cancelled());
+            let started: Vec<TaskRef> = match ctx.shared.started.lock() {
+                Ok(s) => s.iter().filter_map(Weak::upgrade).collect(),
+                Err(_) => Vec::new(),
+            };
+            for t in started {
+                // Neither computing, nor finishing, nor writing: waiting for reads, whose
+                // answers (if they ever come) find the task ended.
+                end_if(ctx, &t, Some(Error::cancelled()), |r| {
+                    !r.busy && r.processor.is_some() && r.writes_pending == 0
+                });
+            }
         }
     }
 }
@@ -235,6 +290,13 @@ fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
         reservation: Some(reservation),
         ended: false,
     }));
+    if let Ok(mut started) = ctx.shared.started.lock() {
+        // Ended tasks drop out now and then, so the list stays near the tasks in flight.
+        if started.len() >= 64 && started.len().is_power_of_two() {
+            started.retain(|w| w.strong_count() > 0);
+        }
+        started.push(Arc::downgrade(&t));
+    }
     if n == 0 {
         spawn_finish(ctx, &t);
         return;
@@ -247,8 +309,16 @@ fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
 
 /// Ends a task once: releases its memory and tells the dispatcher.
 fn end(ctx: &Arc<Ctx>, t: &TaskRef, error: Option<Error>) {
+    end_if(ctx, t, error, |_| true);
+}
+
+/// Ends a task once if `now` holds for it (checked under the task's lock).
+fn end_if(ctx: &Arc<Ctx>, t: &TaskRef, error: Option<Error>, now: impl Fn(&Running) -> bool) {
     let (label, was_ended, reservation, writing) = match t.lock() {
         Ok(mut r) => {
+            if !r.ended && !now(&r) {
+                return;
+            }
             let was = r.ended;
             r.ended = true;
             r.processor = None;
@@ -598,5 +668,95 @@ mod tests {
         assert_eq!(store.get("out/0").unwrap(), Some(vec![6]));
         assert_eq!(store.get("out/1").unwrap(), Some(vec![24]));
         assert_eq!(budget.used(), 0);
+    }
+
+    /// A store that accepts reads and never answers (a stalled server).
+    struct Stalled {
+        held: Mutex<Vec<crate::store::ReadCallback>>,
+    }
+
+    impl crate::store::Store for Stalled {
+        fn url(&self) -> &str {
+            "stalled://"
+        }
+        fn read_batch(&self, _reqs: Vec<ReadRequest>, done: crate::store::ReadCallback) {
+            self.held.lock().unwrap().push(done);
+        }
+        fn write_async(&self, _k: String, _v: Vec<u8>, done: crate::store::WriteCallback) {
+            done(Ok(()))
+        }
+        fn erase(&self, _key: &str) -> Result<()> {
+            Ok(())
+        }
+        fn erase_prefix(&self, _prefix: &str) -> Result<()> {
+            Ok(())
+        }
+        fn list_prefix(&self, _prefix: &str) -> Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn size_of(&self, _key: &str) -> Result<Option<u64>> {
+            Ok(None)
+        }
+        fn supports_partial_reads(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn cancel_ends_a_stage_whose_reads_never_answer() {
+        let stalled = Arc::new(Stalled {
+            held: Mutex::new(Vec::new()),
+        });
+        let out = MemoryStore::named("scheduler-stalled");
+        let budget = Budget::new(1000);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let s = Scheduler::new(
+            2,
+            budget.clone(),
+            Arc::new(Progress::new(false)),
+            cancel.clone(),
+        )
+        .unwrap();
+        // More tasks than fit the budget at once: the dispatcher waits for memory too.
+        let tasks = (0..8)
+            .map(|t| Task {
+                label: format!("task {t}"),
+                memory: 300,
+                batches: vec![vec![ReadOp {
+                    store: stalled.clone(),
+                    req: ReadRequest::whole(format!("in/{t}")),
+                }]],
+                outputs: Vec::new(),
+                processor: Box::new(Doubler {
+                    store: out.clone(),
+                    sum: 0,
+                    key: format!("out/{t}"),
+                }),
+            })
+            .collect();
+        let raiser = {
+            let cancel = cancel.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(150));
+                cancel.store(true, Ordering::SeqCst);
+            })
+        };
+        let started = Instant::now();
+        let e = s.run(tasks).unwrap_err();
+        raiser.join().unwrap();
+        assert_eq!(e.kind, crate::error::ErrorKind::Cancelled, "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(budget.used(), 0);
+        assert!(!stalled.held.lock().unwrap().is_empty());
+        assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
+        // Answers that come after the stage ended go nowhere.
+        for done in stalled.held.lock().unwrap().drain(..) {
+            done(Ok(vec![Some(crate::store::Value::Owned(vec![1]))]));
+        }
+        assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
     }
 }

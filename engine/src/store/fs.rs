@@ -11,6 +11,7 @@ use std::thread;
 
 use super::{ByteRange, ReadBatch, ReadCallback, ReadRequest, Store, Value, WriteCallback};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fork_safe::ForkSafe;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -22,7 +23,7 @@ pub struct IoPool {
 
 impl IoPool {
     /// Starts `threads` IO threads.
-    pub fn new(threads: usize) -> Arc<Self> {
+    pub fn new(threads: usize) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let workers = (0..threads.max(1))
@@ -43,10 +44,10 @@ impl IoPool {
             })
             .filter_map(|h| h.ok())
             .collect();
-        Arc::new(IoPool {
+        IoPool {
             sender: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
-        })
+        }
     }
 
     /// Queues `job`; runs it inline if the pool has shut down.
@@ -84,9 +85,12 @@ impl Drop for IoPool {
 pub struct FsStore {
     root: PathBuf,
     url: String,
-    pool: Arc<IoPool>,
-    /// Reads go through io_uring when set (see `uring::io_mode`), else the pool.
-    uring: Option<Arc<super::uring::UringReader>>,
+    /// The IO threads of this process (a forked child starts its own).
+    pool: ForkSafe<IoPool>,
+    io_threads: usize,
+    /// Reads go through io_uring when set (see `uring::io_mode`): the mode, and whether
+    /// reads are O_DIRECT; else the pool.
+    uring: Option<(super::uring::IoMode, bool)>,
     /// In `auto` mode, large whole values are mapped, not read (zero copies on warm data).
     map_large: bool,
     /// Values being written in parts.
@@ -115,15 +119,24 @@ impl FsStore {
     ) -> Result<Self> {
         let root = root.as_ref().to_path_buf();
         let url = root.display().to_string();
-        let uring = super::uring::reader_for(mode, direct).map_err(|e| e.with_store(&url))?;
+        let direct = direct.unwrap_or_else(super::uring::direct_wanted);
+        let uring = super::uring::reader_for(mode, Some(direct))
+            .map_err(|e| e.with_store(&url))?
+            .map(|_| (mode, direct));
         Ok(FsStore {
             root,
             url,
-            pool: IoPool::new(io_threads),
+            pool: ForkSafe::new(),
+            io_threads,
             uring,
             map_large: mode == super::uring::IoMode::Auto,
             parts: Arc::default(),
         })
+    }
+
+    /// This process's IO threads.
+    fn io_pool(&self) -> Arc<IoPool> {
+        self.pool.get_or_init(|| IoPool::new(self.io_threads))
     }
 
     fn path_of(&self, key: &str) -> PathBuf {
@@ -305,29 +318,9 @@ impl BatchState {
     }
 }
 
-impl Store for FsStore {
-    fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn read_batch(&self, reqs: Vec<ReadRequest>, done: ReadCallback) {
-        if reqs.is_empty() {
-            done(Ok(ReadBatch::new()));
-            return;
-        }
-        if let Some(uring) = &self.uring {
-            let reads = reqs
-                .into_iter()
-                .map(|r| {
-                    let path = self.path_of(&r.key);
-                    (r.key, path, r.range)
-                })
-                .collect();
-            let url = self.url.clone();
-            let done: ReadCallback = Box::new(move |r| done(r.map_err(|e| e.with_store(url))));
-            uring.read(reads, self.map_large, done);
-            return;
-        }
+impl FsStore {
+    /// Reads `reqs` on this process's IO threads.
+    fn read_on_pool(&self, reqs: Vec<ReadRequest>, done: ReadCallback) {
         let n = reqs.len();
         let state = Arc::new(BatchState {
             results: Mutex::new((0..n).map(|_| None).collect()),
@@ -335,11 +328,12 @@ impl Store for FsStore {
             failed: Mutex::new(None),
             done: Mutex::new(Some(done)),
         });
+        let pool = self.io_pool();
         for (i, req) in reqs.into_iter().enumerate() {
             let state = state.clone();
             let path = self.path_of(&req.key);
             let url = self.url.clone();
-            self.pool.spawn(Box::new(move || {
+            pool.spawn(Box::new(move || {
                 match FsStore::read_one(&path, req.range) {
                     Ok(v) => {
                         if let Ok(mut r) = state.results.lock() {
@@ -356,11 +350,44 @@ impl Store for FsStore {
             }));
         }
     }
+}
+
+impl Store for FsStore {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn read_batch(&self, reqs: Vec<ReadRequest>, done: ReadCallback) {
+        if reqs.is_empty() {
+            done(Ok(ReadBatch::new()));
+            return;
+        }
+        if let Some((mode, direct)) = self.uring {
+            // This process's ring (a forked child makes its own).
+            let uring = match super::uring::reader_for(mode, Some(direct)) {
+                Ok(Some(uring)) => uring,
+                Ok(None) => return self.read_on_pool(reqs, done),
+                Err(e) => return done(Err(e.with_store(&self.url))),
+            };
+            let reads = reqs
+                .into_iter()
+                .map(|r| {
+                    let path = self.path_of(&r.key);
+                    (r.key, path, r.range)
+                })
+                .collect();
+            let url = self.url.clone();
+            let done: ReadCallback = Box::new(move |r| done(r.map_err(|e| e.with_store(url))));
+            uring.read(reads, self.map_large, done);
+            return;
+        }
+        self.read_on_pool(reqs, done);
+    }
 
     fn write_async(&self, key: String, value: Vec<u8>, done: WriteCallback) {
         let path = self.path_of(&key);
         let url = self.url.clone();
-        self.pool.spawn(Box::new(move || {
+        self.io_pool().spawn(Box::new(move || {
             done(FsStore::write_atomic(&path, &value).map_err(|e| io_error(&url, &key, e)))
         }));
     }
@@ -440,7 +467,7 @@ impl Store for FsStore {
         let path = self.path_of(&key);
         let url = self.url.clone();
         let parts = self.parts.clone();
-        self.pool.spawn(Box::new(move || {
+        self.io_pool().spawn(Box::new(move || {
             let result = FsStore::write_part(&path, offset, &bytes).and_then(|()| {
                 match parts.written(&key, bytes.len() as u64, total) {
                     super::parts::PartOutcome::Complete { total } => {

@@ -223,7 +223,8 @@ pub trait Store: Send + Sync {
         Ok(())
     }
 
-    /// Reads a batch and waits for it (for metadata and tools, not the hot path).
+    /// Reads a batch and waits for it (for metadata and tools, not the hot path); Ctrl-C
+    /// ends the wait (see [`crate::cancel`]).
     fn get_many(&self, reqs: Vec<ReadRequest>) -> Result<ReadBatch> {
         let (tx, rx) = mpsc::channel();
         self.read_batch(
@@ -232,8 +233,9 @@ pub trait Store: Send + Sync {
                 let _ = tx.send(r);
             }),
         );
-        rx.recv()
-            .map_err(|_| Error::store(self.url(), "IO thread ended without an answer"))?
+        crate::cancel::recv(&rx, || {
+            Error::store(self.url(), "IO thread ended without an answer")
+        })?
     }
 
     /// Reads one whole value and waits for it.
@@ -252,8 +254,9 @@ pub trait Store: Send + Sync {
                 let _ = tx.send(r);
             }),
         );
-        rx.recv()
-            .map_err(|_| Error::store(self.url(), "IO thread ended without an answer"))?
+        crate::cancel::recv(&rx, || {
+            Error::store(self.url(), "IO thread ended without an answer")
+        })?
     }
 }
 

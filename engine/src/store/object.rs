@@ -4,9 +4,16 @@
 //! its ranged reads per object so object_store coalesces nearby ranges into few GETs; whole
 //! reads are plain GETs (no HEAD first). Credentials, region and endpoint come from each
 //! cloud's standard environment variables; with no credentials in the environment, requests
-//! go unsigned (public buckets). Transient failures (5xx, dropped connections) are retried
-//! with exponential backoff; `CHUNKFUSE_IO_RETRIES` and `CHUNKFUSE_IO_RETRY_TIMEOUT_S`
-//! override the defaults (10 retries within 120 s).
+//! go unsigned (public buckets). Transient failures (5xx, dropped connections, requests that
+//! time out) are retried with exponential backoff; `CHUNKFUSE_IO_RETRIES` and
+//! `CHUNKFUSE_IO_RETRY_TIMEOUT_S` override the defaults (10 retries within 60 s).
+//!
+//! A server that accepts the connection and never answers fails a request after the request
+//! timeout (`CHUNKFUSE_IO_TIMEOUT_S`, 30 s); connecting gives up after the connect timeout
+//! (`CHUNKFUSE_IO_CONNECT_TIMEOUT_S`, 10 s). With retries, a stalled server gives an error
+//! naming the URL after at most [`Timeouts::worst_case`] (the retry window, one request
+//! timeout and the longest backoff: 95 s by default). [`set_timeouts`] sets all three for
+//! stores opened afterwards. Ctrl-C ends the wait at once (see [`crate::cancel`]).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,61 +30,133 @@ use tokio::sync::Semaphore;
 
 use super::{ReadBatch, ReadCallback, ReadRequest, Store, Value, WriteCallback};
 use crate::error::{Error, Result};
+use crate::fork_safe::ForkSafe;
 
 /// Requests in flight at once across every object store of the process.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// The runtime that serves every object-store request of the process.
-fn runtime() -> Result<&'static Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+/// The runtime that serves every object-store request of the process (made again in a
+/// forked child: the parent's worker threads are not there).
+fn runtime() -> Result<Arc<Runtime>> {
+    static RUNTIME: ForkSafe<Runtime> = ForkSafe::new();
     RUNTIME
-        .get_or_init(|| {
+        .get_or_try_init(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("chunkfuse-objio")
                 .enable_all()
                 .build()
-                .map_err(|e| e.to_string())
         })
-        .as_ref()
         .map_err(|e| Error::store("object storage", format!("cannot start IO runtime: {e}")))
 }
 
 fn in_flight() -> Arc<Semaphore> {
-    static SEM: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    static SEM: ForkSafe<Arc<Semaphore>> = ForkSafe::new();
     SEM.get_or_init(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)))
+        .as_ref()
         .clone()
 }
 
-/// Retry policy: object_store's exponential backoff, bounded by the environment overrides.
-fn retry_config() -> RetryConfig {
-    let env = |name: &str| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
+/// The longest wait between two retries.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long object-storage requests may take (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeouts {
+    /// Connecting to the server.
+    pub connect: Duration,
+    /// One request, from sending it to the last byte of the answer.
+    pub request: Duration,
+    /// Retries of a failed request stop once this long has passed since the first try.
+    pub retry: Duration,
+}
+
+impl Timeouts {
+    /// 10 s to connect, 30 s per request, retried for 60 s.
+    pub const DEFAULT: Timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        request: Duration::from_secs(30),
+        retry: Duration::from_secs(60),
     };
+
+    /// As last given to [`set_timeouts`]; else the environment
+    /// (`CHUNKFUSE_IO_CONNECT_TIMEOUT_S`, `CHUNKFUSE_IO_TIMEOUT_S`,
+    /// `CHUNKFUSE_IO_RETRY_TIMEOUT_S`, in seconds) over [`Timeouts::DEFAULT`].
+    pub fn current() -> Timeouts {
+        if let Some(set) = SET_TIMEOUTS.lock().ok().and_then(|t| *t) {
+            return set;
+        }
+        let seconds = |name: &str, default: Duration| {
+            env_seconds(name)
+                .map(Duration::from_secs_f64)
+                .unwrap_or(default)
+        };
+        let d = Timeouts::DEFAULT;
+        Timeouts {
+            connect: seconds("CHUNKFUSE_IO_CONNECT_TIMEOUT_S", d.connect),
+            request: seconds("CHUNKFUSE_IO_TIMEOUT_S", d.request),
+            retry: seconds("CHUNKFUSE_IO_RETRY_TIMEOUT_S", d.retry),
+        }
+    }
+
+    /// The longest a request to a server that never answers takes to fail: retries stop
+    /// after the retry window, the last try times out after one request timeout, and one
+    /// backoff may come between.
+    pub fn worst_case(&self) -> Duration {
+        self.retry + self.request.max(self.connect) + MAX_BACKOFF
+    }
+}
+
+static SET_TIMEOUTS: std::sync::Mutex<Option<Timeouts>> = std::sync::Mutex::new(None);
+
+/// Sets the timeouts of object stores opened from now on (process-wide); `None` goes back to
+/// the environment and the defaults. A zero timeout is refused.
+pub fn set_timeouts(timeouts: Option<Timeouts>) -> Result<()> {
+    if let Some(t) = timeouts {
+        for (name, d) in [("connect", t.connect), ("request", t.request)] {
+            if d.is_zero() {
+                return Err(Error::plan(
+                    format!("{name}_timeout"),
+                    "must be more than 0 seconds",
+                ));
+            }
+        }
+    }
+    if let Ok(mut slot) = SET_TIMEOUTS.lock() {
+        *slot = timeouts;
+    }
+    Ok(())
+}
+
+/// A non-negative number of seconds from the environment variable `name`, if set and valid.
+fn env_seconds(name: &str) -> Option<f64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+}
+
+/// Retry policy: object_store's exponential backoff, within the retry window.
+fn retry_config(timeouts: &Timeouts) -> RetryConfig {
     let mut retry = RetryConfig {
         backoff: BackoffConfig {
             init_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(5),
+            max_backoff: MAX_BACKOFF,
             base: 2.0,
         },
         max_retries: 10,
-        retry_timeout: Duration::from_secs(120),
+        retry_timeout: timeouts.retry,
     };
-    if let Some(n) = env("CHUNKFUSE_IO_RETRIES") {
-        retry.max_retries = n.max(0.0) as usize;
-    }
-    if let Some(s) = env("CHUNKFUSE_IO_RETRY_TIMEOUT_S") {
-        retry.retry_timeout = Duration::from_secs_f64(s.max(0.0));
+    if let Some(n) = env_seconds("CHUNKFUSE_IO_RETRIES") {
+        retry.max_retries = n as usize;
     }
     retry
 }
 
-fn client_options() -> ClientOptions {
+fn client_options(timeouts: &Timeouts) -> ClientOptions {
     ClientOptions::new()
-        .with_connect_timeout(Duration::from_secs(10))
-        .with_timeout(Duration::from_secs(60))
+        .with_connect_timeout(timeouts.connect.max(Duration::from_millis(1)))
+        .with_timeout(timeouts.request.max(Duration::from_millis(1)))
         .with_pool_max_idle_per_host(MAX_IN_FLIGHT)
 }
 
@@ -105,10 +184,15 @@ fn install_crypto_provider() {
     });
 }
 
+/// Makes the client of a store (again in each forked child: a client's pooled connections
+/// belong to the runtime and sockets of the process that made them).
+type Connect = Arc<dyn Fn() -> Result<Arc<dyn ObjectStore>> + Send + Sync>;
+
 /// A store on object storage: a bucket (or HTTP server) and a path prefix inside it.
 pub struct ObjectBackend {
     url: String,
-    store: Arc<dyn ObjectStore>,
+    client: ForkSafe<Arc<dyn ObjectStore>>,
+    connect: Connect,
     prefix: String,
 }
 
@@ -128,15 +212,27 @@ fn split_bucket(url: &str) -> Result<(String, String)> {
 impl ObjectBackend {
     /// Opens `url` (`s3://bucket/prefix`, `gs://bucket/prefix`, `http(s)://host/path`).
     pub fn open(url: &str) -> Result<Self> {
+        let (client, prefix) = Self::client_for(url)?;
+        let owned = url.to_string();
+        let connect: Connect = Arc::new(move || Self::client_for(&owned).map(|(c, _)| c));
+        let backend = Self::with_connect(url, connect, &prefix);
+        // The client just made serves this process; children make their own.
+        backend.client.get_or_init(|| client);
+        Ok(backend)
+    }
+
+    /// The client for `url` and the path prefix inside its bucket.
+    fn client_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
         install_crypto_provider();
         let fail = |e: object_store::Error| Error::store(url, describe(&e));
+        let timeouts = Timeouts::current();
         let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
             "s3" | "s3a" => {
                 let (bucket, prefix) = split_bucket(url)?;
                 let mut b = object_store::aws::AmazonS3Builder::new()
-                    .with_retry(retry_config())
-                    .with_client_options(client_options());
+                    .with_retry(retry_config(&timeouts))
+                    .with_client_options(client_options(&timeouts));
                 // The environment (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...) over our defaults.
                 for (key, value) in env_config("AWS_") {
                     b = b.with_config(key, value);
@@ -156,8 +252,8 @@ impl ObjectBackend {
             "gs" | "gcs" => {
                 let (bucket, prefix) = split_bucket(url)?;
                 let mut b = object_store::gcp::GoogleCloudStorageBuilder::new()
-                    .with_retry(retry_config())
-                    .with_client_options(client_options());
+                    .with_retry(retry_config(&timeouts))
+                    .with_client_options(client_options(&timeouts));
                 for (key, value) in env_config("GOOGLE_") {
                     b = b.with_config(key, value);
                 }
@@ -179,8 +275,8 @@ impl ObjectBackend {
             "http" | "https" => {
                 let b = object_store::http::HttpBuilder::new()
                     .with_url(url.trim_end_matches('/'))
-                    .with_retry(retry_config())
-                    .with_client_options(client_options().with_allow_http(true));
+                    .with_retry(retry_config(&timeouts))
+                    .with_client_options(client_options(&timeouts).with_allow_http(true));
                 (Arc::new(b.build().map_err(fail)?), String::new())
             }
             other => {
@@ -190,16 +286,29 @@ impl ObjectBackend {
                 ))
             }
         };
-        Ok(Self::with_store(url, store, &prefix))
+        Ok((store, prefix))
     }
 
-    /// A backend over an already built object store (tests use object_store's in-memory one).
+    /// A backend over an already built object store (tests use object_store's in-memory one,
+    /// which has no threads or connections to remake after a fork).
     pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
+        Self::with_connect(url, Arc::new(move || Ok(store.clone())), prefix)
+    }
+
+    fn with_connect(url: &str, connect: Connect, prefix: &str) -> Self {
         ObjectBackend {
             url: url.trim_end_matches('/').to_string(),
-            store,
+            client: ForkSafe::new(),
+            connect,
             prefix: prefix.trim_matches('/').to_string(),
         }
+    }
+
+    /// This process's client.
+    fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.client
+            .get_or_try_init(|| (self.connect)())
+            .map(|c| c.as_ref().clone())
     }
 
     fn path(&self, key: &str) -> Path {
@@ -224,13 +333,12 @@ impl ObjectBackend {
         runtime()?.spawn(async move {
             let _ = tx.send(handle.await);
         });
-        match rx.recv() {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => Err(Error::store(&self.url, format!("IO task failed: {e}"))),
-            Err(_) => Err(Error::store(
-                &self.url,
-                "IO runtime ended without an answer",
-            )),
+        let joined = crate::cancel::recv(&rx, || {
+            Error::store(&self.url, "IO runtime ended without an answer")
+        })?;
+        match joined {
+            Ok(r) => r,
+            Err(e) => Err(Error::store(&self.url, format!("IO task failed: {e}"))),
         }
     }
 }
@@ -248,21 +356,55 @@ fn describe(e: &object_store::Error) -> String {
         E::Unauthenticated { source, .. } => {
             format!("not authenticated (HTTP 401): set the cloud's credential variables ({source})")
         }
-        other => {
-            // The causes too: "builder error" alone says nothing.
-            let mut text = other.to_string();
-            let mut cause = std::error::Error::source(other);
-            while let Some(c) = cause {
-                let more = c.to_string();
-                if !text.contains(&more) {
-                    text.push_str(": ");
-                    text.push_str(&more);
-                }
-                cause = c.source();
-            }
-            text
+        other if timed_out(other) => {
+            let t = Timeouts::current();
+            format!(
+                "timed out: no answer within {:.0} s per request (CHUNKFUSE_IO_TIMEOUT_S), \
+                 {:.0} s to connect (CHUNKFUSE_IO_CONNECT_TIMEOUT_S), retried for {:.0} s \
+                 (CHUNKFUSE_IO_RETRY_TIMEOUT_S) ({})",
+                t.request.as_secs_f64(),
+                t.connect.as_secs_f64(),
+                t.retry.as_secs_f64(),
+                chain(other)
+            )
         }
+        other => chain(other),
     }
+}
+
+/// True when `e` (or a cause of it) is a request or connection that timed out.
+fn timed_out(e: &object_store::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<reqwest::Error>()
+            .is_some_and(|r| r.is_timeout())
+        {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    let text = chain(e).to_ascii_lowercase();
+    text.contains("timed out") || text.contains("operation timeout")
+}
+
+/// `e` and its causes, joined: "builder error" alone says nothing.
+fn chain(e: &object_store::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The requests of a batch for one object, by request index: whole reads, bounded ranges,
@@ -332,8 +474,8 @@ impl Store for ObjectBackend {
     }
 
     fn read_batch(&self, reqs: Vec<ReadRequest>, done: ReadCallback) {
-        let rt = match runtime() {
-            Ok(rt) => rt,
+        let (rt, store) = match runtime().and_then(|rt| Ok((rt, self.store()?))) {
+            Ok(both) => both,
             Err(e) => return done(Err(e)),
         };
         // Group by object: whole reads fetch once; ranges of one object go out together.
@@ -360,7 +502,6 @@ impl Store for ObjectBackend {
             }
         }
         let n = reqs.len();
-        let store = self.store.clone();
         let url = self.url.clone();
         rt.spawn(async move {
             let mut set = tokio::task::JoinSet::new();
@@ -391,11 +532,10 @@ impl Store for ObjectBackend {
     }
 
     fn write_async(&self, key: String, value: Vec<u8>, done: WriteCallback) {
-        let rt = match runtime() {
-            Ok(rt) => rt,
+        let (rt, store) = match runtime().and_then(|rt| Ok((rt, self.store()?))) {
+            Ok(both) => both,
             Err(e) => return done(Err(e)),
         };
-        let store = self.store.clone();
         let path = self.path(&key);
         let url = self.key_url(&key);
         rt.spawn(async move {
@@ -408,7 +548,7 @@ impl Store for ObjectBackend {
     }
 
     fn erase(&self, key: &str) -> Result<()> {
-        let store = self.store.clone();
+        let store = self.store()?;
         let path = self.path(key);
         let url = self.key_url(key);
         self.block_on(async move {
@@ -421,7 +561,7 @@ impl Store for ObjectBackend {
 
     fn erase_prefix(&self, prefix: &str) -> Result<()> {
         let keys = self.list_prefix(prefix)?;
-        let store = self.store.clone();
+        let store = self.store()?;
         let paths: Vec<Path> = keys.iter().map(|k| self.path(k)).collect();
         let url = self.url.clone();
         self.block_on(async move {
@@ -448,7 +588,7 @@ impl Store for ObjectBackend {
 
     fn list_prefix(&self, prefix: &str) -> Result<Vec<String>> {
         use futures_util::StreamExt;
-        let store = self.store.clone();
+        let store = self.store()?;
         let root = self.prefix.clone();
         let list_at = match (root.is_empty(), prefix.trim_matches('/')) {
             (true, "") => None,
@@ -482,7 +622,7 @@ impl Store for ObjectBackend {
     }
 
     fn size_of(&self, key: &str) -> Result<Option<u64>> {
-        let store = self.store.clone();
+        let store = self.store()?;
         let path = self.path(key);
         let url = self.key_url(key);
         self.block_on(async move {

@@ -18,6 +18,7 @@ use io_uring::{opcode, types, IoUring};
 
 use super::{ByteRange, ReadCallback, Value};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fork_safe::ForkSafe;
 
 /// Submission queue entries per ring: reads kept in flight at once.
 const QUEUE_DEPTH: u32 = 64;
@@ -83,7 +84,7 @@ pub fn io_mode() -> IoMode {
 
 /// True when `$CHUNKFUSE_IO_DIRECT` asks for O_DIRECT reads (bypassing the page cache: for
 /// one-pass reads of data larger than memory; it slows repeated reads).
-fn direct_wanted() -> bool {
+pub(crate) fn direct_wanted() -> bool {
     matches!(
         std::env::var("CHUNKFUSE_IO_DIRECT").ok().as_deref(),
         Some("1" | "true" | "yes")
@@ -93,10 +94,11 @@ fn direct_wanted() -> bool {
 type Probe = std::result::Result<Arc<UringReader>, String>;
 
 /// The outcome of the process's io_uring probe: the shared reader (one for buffered reads,
-/// one for O_DIRECT reads), or why not.
-fn probed(direct: bool) -> &'static Probe {
-    static BUFFERED: OnceLock<Probe> = OnceLock::new();
-    static DIRECT: OnceLock<Probe> = OnceLock::new();
+/// one for O_DIRECT reads), or why not. A forked child probes again and gets rings and
+/// threads of its own (the parent's ring thread is not there).
+fn probed(direct: bool) -> Arc<Probe> {
+    static BUFFERED: ForkSafe<Probe> = ForkSafe::new();
+    static DIRECT: ForkSafe<Probe> = ForkSafe::new();
     let cell = if direct { &DIRECT } else { &BUFFERED };
     cell.get_or_init(|| UringReader::start(|| IoUring::new(QUEUE_DEPTH), direct))
 }
@@ -108,14 +110,14 @@ pub fn reader_for(mode: IoMode, direct: Option<bool>) -> Result<Option<Arc<Uring
     let probed = || probed(direct);
     match mode {
         IoMode::Pread => Ok(None),
-        IoMode::Uring => match probed() {
+        IoMode::Uring => match probed().as_ref() {
             Ok(r) => Ok(Some(r.clone())),
             Err(why) => Err(Error::new(
                 ErrorKind::Unsupported,
                 format!("io_uring is not available here ({why}); use io=\"auto\" or \"pread\""),
             )),
         },
-        IoMode::Auto => match probed() {
+        IoMode::Auto => match probed().as_ref() {
             Ok(r) => Ok(Some(r.clone())),
             Err(why) => {
                 static LOGGED: OnceLock<()> = OnceLock::new();

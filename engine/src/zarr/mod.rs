@@ -91,8 +91,9 @@ fn detect_fast_encode(raw: &serde_json::Value) -> Option<ZstdParams> {
     })
 }
 
-/// A compression context: its parameters and zstd worker threads.
-type EncoderKey = (ZstdParams, u32);
+/// A compression context: its parameters, zstd worker threads, and the process generation
+/// it was made in (a context with worker threads made before a fork is useless after it).
+type EncoderKey = (ZstdParams, u32, u64);
 
 thread_local! {
     static ZSTD_ENCODER: std::cell::RefCell<Option<(EncoderKey, zstd::bulk::Compressor<'static>)>> =
@@ -116,7 +117,7 @@ fn zstd_encode(
     let mut out = crate::array::pool::take(zstd::zstd_safe::compress_bound(src.len()));
     ZSTD_ENCODER.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let key = (params, workers);
+        let key = (params, workers, crate::fork_safe::generation());
         if slot.as_ref().map(|(k, _)| *k) != Some(key) {
             let mut c = zstd::bulk::Compressor::new(params.level).map_err(|e| e.to_string())?;
             c.set_parameter(CParameter::ChecksumFlag(params.checksum))

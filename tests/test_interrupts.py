@@ -1,0 +1,224 @@
+"""Interrupts and timeouts on storage that stalls: a loopback HTTP server serves an array's
+metadata and accepts every other request without ever answering it. Ctrl-C must stop any wait
+within a second (KeyboardInterrupt in Python, exit status 130 from the CLI), and the request
+timeouts must end a wait with an error naming the URL within the documented bound."""
+
+from __future__ import annotations
+
+import _thread
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import chunkfuse
+import numpy as np
+import pytest
+import zarr
+from conftest import chunkfuse_bin_path
+
+#: Seconds within which Ctrl-C must end a call.
+PROMPT = 1.0
+
+
+class _StallingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers requests for metadata from the served directory; holds every other request
+    open without an answer until the server closes."""
+
+    server: _StallingServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _metadata(self) -> bytes | None:
+        name = self.path.split("?")[0].lstrip("/")
+        if not name.endswith(("zarr.json", ".zarray", ".zattrs", ".zgroup")):
+            return None
+        path = self.server.root / name
+        return path.read_bytes() if path.is_file() else b""
+
+    def _stall(self) -> None:
+        self.server.stalled.set()
+        self.server.closing.wait()
+
+    def do_HEAD(self) -> None:
+        body = self._metadata()
+        if body is None:
+            return self._stall()
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        body = self._metadata()
+        if body is None:
+            return self._stall()
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _StallingServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(("127.0.0.1", 0), _StallingHandler)
+        self.root = root
+        self.stalled = threading.Event()
+        self.closing = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def stalling(tmp_path: Path) -> Iterator[tuple[_StallingServer, np.ndarray]]:
+    data = np.arange(4 * 6 * 8, dtype="float32").reshape(4, 6, 8)
+    zarr.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(1, 6, 8), dtype="float32")[
+        ...
+    ] = data
+    server = _StallingServer(tmp_path)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, data
+    finally:
+        server.closing.set()
+        server.shutdown()
+        server.server_close()
+
+
+def _interrupted_after(call: Callable[[], Any], server: _StallingServer) -> float:
+    """Runs `call`, sends this process a Ctrl-C once a request stalls; returns the seconds from
+    the Ctrl-C to the KeyboardInterrupt."""
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        if server.stalled.wait(30):
+            time.sleep(0.2)
+            sent.append(time.monotonic())
+            _thread.interrupt_main(signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        call()
+    assert sent, "no request stalled"
+    return time.monotonic() - sent[0]
+
+
+def test_ctrl_c_stops_a_read_waiting_on_a_stalled_server(
+    stalling: tuple[_StallingServer, np.ndarray],
+) -> None:
+    server, _ = stalling
+    url = f"{server.url}/a.zarr"
+    assert _interrupted_after(lambda: chunkfuse.read(url), server) < PROMPT
+    reader = chunkfuse.ArrayReader(url)
+    assert (
+        _interrupted_after(lambda: chunkfuse.read_windows(reader, [[1, 0, 0]], [1, 2, 2]), server)
+        < PROMPT
+    )
+
+
+def test_ctrl_c_stops_a_rechunk_waiting_on_a_stalled_server(
+    stalling: tuple[_StallingServer, np.ndarray], tmp_path: Path
+) -> None:
+    server, _ = stalling
+    url = f"{server.url}/a.zarr"
+    target = tmp_path / "out.zarr"
+    took = _interrupted_after(lambda: chunkfuse.rechunk(url, target, chunks=(4, 3, 8)), server)
+    assert took < PROMPT
+    # No chunk of the target was written, whole or partial.
+    assert not [p for p in target.rglob("*") if p.is_file() and "/c/" in p.as_posix()]
+
+
+def test_ctrl_c_stops_metadata_reads(tmp_path: Path) -> None:
+    """`info` and opening an array wait on metadata: a server that stalls on everything."""
+    server = _StallingServer(tmp_path / "nothing-served")
+    server.root = tmp_path / "never"
+
+    class _StallAll(_StallingHandler):
+        def _metadata(self) -> bytes | None:
+            return None
+
+    server.RequestHandlerClass = _StallAll
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"{server.url}/a.zarr"
+        assert _interrupted_after(lambda: chunkfuse._engine.array_info(url), server) < PROMPT
+        assert _interrupted_after(lambda: chunkfuse.ArrayReader(url), server) < PROMPT
+    finally:
+        server.closing.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_stalled_server_times_out_naming_the_url(
+    stalling: tuple[_StallingServer, np.ndarray],
+) -> None:
+    server, _ = stalling
+    url = f"{server.url}/a.zarr"
+    worst = chunkfuse.set_io_timeouts(connect=1, request=0.5, retry=0.5)
+    try:
+        assert worst == pytest.approx(0.5 + 1 + 5)
+        started = time.monotonic()
+        with pytest.raises(OSError) as info:
+            chunkfuse.read(url)
+        took = time.monotonic() - started
+    finally:
+        chunkfuse.set_io_timeouts()
+    message = str(info.value)
+    assert url in message, message
+    assert "timed out" in message and "CHUNKFUSE_IO_TIMEOUT_S" in message, message
+    assert took < worst + 2, took
+
+
+def test_timeouts_are_checked() -> None:
+    with pytest.raises(ValueError, match="request"):
+        chunkfuse.set_io_timeouts(request=-1)
+    with pytest.raises(ValueError, match="request_timeout"):
+        chunkfuse.set_io_timeouts(request=0)
+    # Back to the defaults: 60 s of retries + 30 s + 5 s of backoff.
+    assert chunkfuse.set_io_timeouts() == pytest.approx(95)
+
+
+def _cli_interrupted(args: list[str], server: _StallingServer) -> tuple[int, float, str]:
+    proc = subprocess.Popen(
+        [str(chunkfuse_bin_path()), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CHUNKFUSE_IO_TIMEOUT_S": "120"},
+    )
+    try:
+        assert server.stalled.wait(30), "no request stalled"
+        time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        return proc.returncode, time.monotonic() - sent, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals to a child process")
+def test_cli_exits_130_on_ctrl_c_while_storage_stalls(
+    stalling: tuple[_StallingServer, np.ndarray], tmp_path: Path
+) -> None:
+    server, _ = stalling
+    url = f"{server.url}/a.zarr"
+    code, took, err = _cli_interrupted(
+        ["rechunk", url, str(tmp_path / "out.zarr"), "--chunks=4,3,8"], server
+    )
+    assert code == 130, err
+    assert took < PROMPT + 0.5, (took, err)
