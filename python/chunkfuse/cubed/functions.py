@@ -32,7 +32,7 @@ from chunkfuse.cubed.symbols import (
     Streamed,
 )
 from chunkfuse.fft_block import FftBlock
-from chunkfuse.selection import as_slice
+from chunkfuse.selection import as_slice, even_runs
 
 #: Plain reductions by their chunk function (Cubed calls the backend namespace's functions).
 PLAIN_REDUCTIONS: dict[Any, str] = {
@@ -235,6 +235,9 @@ def _index(b: IrBuilder, streamed: Any, kw: dict[str, Any], shape: tuple[int, ..
 
     first = block(0, 0) if shape else tuple(select(ChunkKey("out", ())))
     selection: list[Any] = []
+    # An integer array whose positions do not step evenly: its runs, and its place.
+    runs: list[slice] = []
+    run_axes = (0, 0)
     out_axis = 0
     for d, item in enumerate(first):
         if isinstance(item, int | np.integer):
@@ -253,14 +256,34 @@ def _index(b: IrBuilder, streamed: Any, kw: dict[str, Any], shape: tuple[int, ..
                 if not isinstance(piece, np.ndarray) or len(piece) == 0:
                     raise NotNative("index positions that do not fill the output")
                 pieces.append(piece)
-            s = as_slice(np.concatenate(pieces))
+            positions = np.concatenate(pieces)
+            try:
+                s = as_slice(positions)
+            except NotNative:
+                if runs:
+                    raise
+                runs = even_runs(positions)
+                run_axes = (len(selection), out_axis)
+                s = runs[0]
             selection.append([s.start, s.stop, s.step])
         else:
             raise NotNative(f"index of {type(item).__name__}")
         out_axis += 1
     if out_axis != len(shape):
         raise NotNative("index of another rank")
-    return b.slice(src, selection, shape)
+    if not runs:
+        return b.slice(src, selection, shape)
+    # Uneven positions (a groupby's takes, `isel` with a list): the slices of their runs,
+    # joined along the output axis.
+    at, axis = run_axes
+    parts = []
+    for run in runs:
+        part_shape = list(shape)
+        part_shape[axis] = len(range(*run.indices(src.shape[at])))
+        part_selection = list(selection)
+        part_selection[at] = [run.start, run.stop, run.step]
+        parts.append(b.slice(src, part_selection, tuple(part_shape)))
+    return b.concat(parts, axis)
 
 
 def _squeeze(b: IrBuilder, x: Any, axes: tuple[int, ...], shape: tuple[int, ...]) -> Any:

@@ -26,7 +26,7 @@ import chunkfuse
 from chunkfuse.cubed.ir import UFUNCS, IrBuilder
 from chunkfuse.cubed.symbols import Const, Full, NotNative
 from chunkfuse.decoding import apply_decoding, decoded_array_behind
-from chunkfuse.selection import as_slice
+from chunkfuse.selection import as_slice, even_runs
 from chunkfuse.stored import wraps_stored_array
 from chunkfuse.urls import zarr_array_url
 
@@ -469,7 +469,30 @@ class Interpreter(ReductionSteps):
         `_getitem(block, (1, index))`, where positions in an even progression are a slice."""
         if not isinstance(taker, tuple) or len(taker) != 2 or not isinstance(taker[1], tuple):
             raise NotNative("a take of something else")
-        return self._getitem(x, tuple(as_slice(item) for item in taker[1]))
+        if isinstance(x, Red):
+            x = self.reduced(x)
+        if not isinstance(x, Blk):
+            raise NotNative("a take of something else")
+        return self._select_runs(x, taker[1])
+
+    def _select_runs(self, x: Blk, index: tuple[Any, ...]) -> Blk:
+        """`x[index]` where one item may be an array of positions: one selection when they
+        step evenly, else the selections of their runs (see `even_runs`) joined in order."""
+        arrays = [d for d, item in enumerate(index) if isinstance(item, np.ndarray)]
+        try:
+            return self._select(x, tuple(as_slice(item) for item in index))
+        except NotNative:
+            if len(arrays) != 1:
+                raise
+        at = arrays[0]
+        plain = [as_slice(item) if d != at else item for d, item in enumerate(index)]
+        # The output axis of the array: the axes before it less those integers drop.
+        axis = sum(1 for item in plain[:at] if not isinstance(item, int | np.integer))
+        parts = [
+            self._select(x, tuple(run if d == at else item for d, item in enumerate(plain)))
+            for run in even_runs(index[at])
+        ]
+        return self._tiled(parts, axis)
 
     def _shuffled(self, parts: Any, sorter: Any, axis: Any) -> Blk:
         """Dask's `take` merging the pieces of several blocks: `parts` joined along `axis`,
@@ -479,9 +502,9 @@ class Interpreter(ReductionSteps):
         if not isinstance(sorter, tuple) or len(sorter) != 2:
             raise NotNative("a take's merge of something else")
         joined = self._tiled(list(parts), axis)
-        index = [slice(None)] * len(joined.region)
-        index[axis] = as_slice(np.argsort(np.asarray(sorter[1])))
-        return self._select(joined, tuple(index))
+        index: list[Any] = [slice(None)] * len(joined.region)
+        index[axis] = np.argsort(np.asarray(sorter[1]))
+        return self._select_runs(joined, tuple(index))
 
     def _select(self, x: Blk, index: Any) -> Blk:
         """`x[index]` with `index` relative to the block: a box of `x.full`, or, with integers
