@@ -47,22 +47,21 @@ class _StallingHandler(http.server.BaseHTTPRequestHandler):
         self.server.stalled.set()
         self.server.closing.wait()
 
-    def do_HEAD(self) -> None:
+    def _answer(self, with_body: bool) -> None:
         body = self._metadata()
         if body is None:
             return self._stall()
         self.send_response(200 if body else 404)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self._answer(with_body=False)
 
     def do_GET(self) -> None:
-        body = self._metadata()
-        if body is None:
-            return self._stall()
-        self.send_response(200 if body else 404)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._answer(with_body=True)
 
 
 class _StallingServer(http.server.ThreadingHTTPServer):
