@@ -21,9 +21,14 @@ use crate::kernels::device::{Device, DeviceKernel, Placement};
 use crate::optimize::fuse::Fused;
 use crate::optimize::stages::{self, MaterialOrigin, PlanOptions, Stage};
 use crate::plan::graph::Graph;
-use crate::plan::{ArrayDecl, Op, OpDecl, Plan, WriteSpec};
+use crate::plan::Plan;
 use crate::store::open_store;
 use crate::zarr::{ArrayInfo, ArraySpec, Codec, ZarrArray};
+
+mod job_groups;
+mod rechunk;
+
+pub use rechunk::{rechunk_plan, RechunkChunks, RechunkOptions};
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -43,9 +48,10 @@ pub struct RunOptions {
     /// Counters to share with the caller, who may poll them while the run goes (the Python
     /// bindings report progress from them); the run makes its own when `None`.
     pub observe: Option<Arc<Progress>>,
-    /// Make the run resumable: targets carry a job marker until the run completes, and
-    /// intermediates live in a work directory named after the job that outlives a failed
-    /// run. Rerunning an unfinished job keeps every chunk it had written.
+    /// Make the run resumable: targets carry a job marker until the run completes (without
+    /// `resume`, only those a write may not overwrite do), intermediates live in a work
+    /// directory named after the job that outlives a failed run, and rerunning an unfinished
+    /// job keeps every chunk it had written.
     pub resume: bool,
     /// Where fused elementwise programs run (reductions, FFTs and codecs stay on the CPU).
     pub device: Device,
@@ -144,11 +150,13 @@ impl Drop for WorkDir {
 
 /// Opens every material: sources as they are, targets and intermediates created in their
 /// stores, or, without a `work_root`, created in memory as stand-ins for planning checks.
+/// `job` is the job's fingerprint (arrays created are marked as its unfinished output) and
+/// whether to resume what an unfinished run of it left.
 fn open_materials(
     materials: &[stages::Material],
     io_threads: usize,
     work_root: Option<&std::path::Path>,
-    job: Option<&str>,
+    job: Option<(&str, bool)>,
 ) -> Result<(crate::exec::ops::region::Arrays, Vec<bool>)> {
     static STAND_IN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut arrays = Vec::with_capacity(materials.len());
@@ -164,20 +172,29 @@ fn open_materials(
                 let store = crate::store::memory::MemoryStore::named(&format!("stand-in-{n}"));
                 (store, spec)
             }
-            (MaterialOrigin::Target { url, spec }, Some(_)) => (open_store(url, io_threads)?, spec),
+            (MaterialOrigin::Target { url, spec, .. }, Some(_)) => {
+                (open_store(url, io_threads)?, spec)
+            }
             (MaterialOrigin::Intermediate { spec }, Some(root)) => {
                 let dir = root.join(format!("{i}.zarr"));
                 (open_store(&dir.display().to_string(), io_threads)?, spec)
             }
         };
-        let arr = match (job, work_root) {
-            (Some(job), Some(_)) => {
-                let (arr, again) =
-                    ZarrArray::resume_or_create(store.clone(), spec, job).array_ctx(&m.name)?;
+        let attrs = match &m.origin {
+            MaterialOrigin::Target { attrs, .. } => attrs.clone(),
+            _ => Default::default(),
+        };
+        // A target is marked while the job runs when the run may resume it, or when it may
+        // not be overwritten (a rerun recognises its own unfinished output by the marker).
+        let marked = job.filter(|&(_, resume)| resume || !spec.overwrite);
+        let arr = match (marked, work_root) {
+            (Some((job, resume)), Some(_)) => {
+                let (arr, again) = ZarrArray::open_target(store.clone(), spec, &attrs, job, resume)
+                    .array_ctx(&m.name)?;
                 resumed[i] = again;
                 arr
             }
-            _ => ZarrArray::create(store.clone(), spec).array_ctx(&m.name)?,
+            _ => ZarrArray::create_with(store.clone(), spec, &attrs, None).array_ctx(&m.name)?,
         }
         .with_name(&m.name);
         // The engine's sharded intermediates are read inner chunk by inner chunk.
@@ -202,11 +219,11 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-/// What identifies a job: its typed graph, with each source's URL and metadata. A rerun
-/// with the same plan over the same sources has the same fingerprint. Sources are
-/// identified by their metadata, not their contents.
-fn job_fingerprint(graph: &Graph) -> String {
-    let mut text = String::new();
+/// What identifies a job: its typed graph, with each source's URL and metadata, and the
+/// groups it writes. A rerun with the same plan over the same sources has the same
+/// fingerprint. Sources are identified by their metadata, not their contents.
+fn job_fingerprint(graph: &Graph, groups: &[crate::plan::GroupDecl]) -> String {
+    let mut text = format!("{groups:?}\n");
     for node in &graph.nodes {
         let kind = match &node.kind {
             crate::plan::graph::NodeKind::Source(a) => format!("source {} {:?}", a.url(), a.info()),
@@ -231,7 +248,7 @@ fn physical_fingerprint(physical: &stages::PhysicalPlan) -> String {
         .map(|m| {
             let origin = match &m.origin {
                 MaterialOrigin::Source(a) => a.url().to_string(),
-                MaterialOrigin::Target { url, spec } => format!("{url} {spec:?}"),
+                MaterialOrigin::Target { url, spec, attrs } => format!("{url} {spec:?} {attrs:?}"),
                 MaterialOrigin::Intermediate { spec } => format!("{spec:?}"),
             };
             format!("{} {:?} {}", m.name, m.grid.chunk_shape(), origin)
@@ -488,13 +505,17 @@ impl Engine {
         crate::exec::memory::scale_allocator_to_budget(max_mem);
         let pool_bytes = (max_mem / 8).min(256 << 20);
         crate::array::pool::set_capacity(pool_bytes);
-        // A GPU's driver memory and transfer buffers are held for the whole run.
-        let threads = match opts.threads {
+        // Each compute thread holds memory no task counts (see `THREAD_OVERHEAD`): small
+        // budgets run on fewer threads, and what they hold is set aside.
+        let requested = match opts.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             t => t,
         };
+        let threads = crate::exec::memory::threads_for_budget(max_mem, requested);
+        let thread_bytes = crate::exec::memory::thread_overhead(max_mem, threads);
+        // A GPU's driver memory and transfer buffers are held for the whole run.
         let device_bytes = placement.host_bytes(threads);
-        let task_budget = (max_mem - pool_bytes)
+        let task_budget = (max_mem - pool_bytes - thread_bytes)
             .checked_sub(device_bytes)
             .filter(|&b| b > 0)
             .ok_or_else(|| {
@@ -510,7 +531,7 @@ impl Engine {
                 )
             })?;
         let scheduler = Scheduler::new(
-            opts.threads,
+            threads,
             Budget::lending_to_pool(task_budget),
             progress.clone(),
             opts.cancel.clone(),
@@ -550,17 +571,31 @@ impl Engine {
         }
     }
 
-    /// The error for a task that cannot fit the budget, or Ok.
+    /// The error for a task that cannot fit the budget, or Ok. A task must fit together with
+    /// the state other tasks of its stage may hold while it waits to start (a reduction's
+    /// partial results waiting to be merged): were it larger, it would wait for bytes that
+    /// only its own run frees.
     pub fn check_fits(&self, tasks: &[crate::exec::task::Task]) -> Result<()> {
-        if let Some(t) = tasks.iter().max_by_key(|t| t.memory) {
-            if t.memory > self.task_budget {
+        let need = |t: &crate::exec::task::Task| t.memory + t.processor.held_by_others();
+        if let Some(t) = tasks.iter().max_by_key(|t| need(t)) {
+            if need(t) > self.task_budget {
+                let held = t.processor.held_by_others();
                 return Err(Error::new(
                     crate::error::ErrorKind::Memory,
                     format!(
-                        "{} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
+                        "{} needs {}{} but the budget for tasks is {} (of --max-mem {}); raise \
+                         --max-mem or use smaller chunks",
                         t.label,
-                        crate::exec::memory::human_bytes(t.memory),
-                        crate::exec::memory::human_bytes(self.task_budget)
+                        crate::exec::memory::human_bytes(need(t)),
+                        match held {
+                            0 => String::new(),
+                            h => format!(
+                                " ({} of it held by partial results of other tasks)",
+                                crate::exec::memory::human_bytes(h)
+                            ),
+                        },
+                        crate::exec::memory::human_bytes(self.task_budget),
+                        crate::exec::memory::human_bytes(self.max_mem)
                     ),
                 ));
             }
@@ -611,7 +646,8 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     // Create targets and intermediates (validation has passed).
     // A target belongs to the job (the plan over its sources); intermediates belong to one
     // physical plan of it (budget and threads shape them), so their directory names both.
-    let job = opts.resume.then(|| job_fingerprint(&graph));
+    let fingerprint = job_fingerprint(&graph, &plan.groups);
+    let job = opts.resume.then(|| fingerprint.clone());
     let work_base = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work_root = match &job {
         Some(job) => work_base.join(format!(
@@ -630,11 +666,15 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
         .any(|m| matches!(m.origin, MaterialOrigin::Intermediate { .. }));
     // A resumable run keeps its work directory when it fails; it removes it on success.
     let work = WorkDir((has_intermediates && job.is_none()).then(|| work_root.clone()));
+    // Nothing the job may not replace is at its targets; then its groups are made, before
+    // the arrays in them.
+    let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
+    job_groups::open(&groups, &fingerprint, opts.resume)?;
     let (arrays, resumed) = open_materials(
         &physical.materials,
         opts.io_threads,
         Some(&work_root),
-        job.as_deref(),
+        Some((&fingerprint, opts.resume)),
     )?;
     let outputs: Vec<String> = physical
         .materials
@@ -790,72 +830,18 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
             return Err(e);
         }
     }
-    if job.is_some() {
-        for (arr, m) in arrays.iter().zip(&physical.materials) {
-            if matches!(m.origin, MaterialOrigin::Target { .. }) {
-                arr.finish_job()?;
-            }
+    for (arr, m) in arrays.iter().zip(&physical.materials) {
+        if matches!(m.origin, MaterialOrigin::Target { .. }) {
+            arr.finish_job()?;
         }
-        if has_intermediates {
-            let _ = std::fs::remove_dir_all(&work_root);
-        }
+    }
+    job_groups::finish(&groups, &outputs)?;
+    if job.is_some() && has_intermediates {
+        let _ = std::fs::remove_dir_all(&work_root);
     }
     progress.finish();
     drop(work);
     Ok(engine.summary(graph.name.clone(), started, stage_names, outputs))
-}
-
-/// Options of a rechunk job.
-#[derive(Debug, Clone)]
-pub struct RechunkOptions {
-    /// Target chunk shape (-1: whole axis).
-    pub chunks: Vec<i64>,
-    /// Target shard shape.
-    pub shards: Option<Vec<u64>>,
-    /// Target compressor.
-    pub codec: Codec,
-    /// 2 or 3.
-    pub zarr_format: u8,
-}
-
-/// The plan of a rechunk job: read `source`, rechunk, write `target`.
-pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Plan {
-    Plan {
-        name: "rechunk".into(),
-        arrays: vec![ArrayDecl {
-            id: "source".into(),
-            url: source.into(),
-            shape: None,
-            dtype: None,
-            field: "source".into(),
-        }],
-        ops: vec![
-            OpDecl {
-                id: "rechunked".into(),
-                op: Op::Rechunk {
-                    input: "source".into(),
-                    chunks: r.chunks.clone(),
-                },
-                field: "--chunks".into(),
-            },
-            OpDecl {
-                id: "target".into(),
-                op: Op::Write {
-                    input: "rechunked".into(),
-                    spec: WriteSpec {
-                        target: target.into(),
-                        chunks: None,
-                        shards: r.shards.clone(),
-                        codec: r.codec.clone(),
-                        zarr_format: r.zarr_format,
-                        overwrite: true,
-                        existing: false,
-                    },
-                },
-                field: "target".into(),
-            },
-        ],
-    }
 }
 
 /// Describes the array at `url`, with its stored size.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use chunkfuse_engine::exec::memory::{human_bytes, parse_bytes};
 use chunkfuse_engine::plan::Plan;
-use chunkfuse_engine::run::{self, RechunkOptions, RunOptions, RunSummary};
+use chunkfuse_engine::run::{self, RechunkChunks, RechunkOptions, RunOptions, RunSummary};
 use chunkfuse_engine::zarr::Codec;
 use chunkfuse_engine::{Error, ErrorKind};
 use clap::{Args, Parser, Subcommand};
@@ -76,23 +76,33 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Copy an array into a new chunking with bounded memory.
+    /// Copy an array, or every array of a group, into a new chunking with bounded memory.
+    /// Targets keep their source's attributes, dimension names and fill value; a group
+    /// target takes the source group's attributes (and consolidated metadata when the
+    /// source has some).
     Rechunk {
-        /// Source array (Zarr v2 or v3).
+        /// Source array or group (Zarr v2 or v3).
         source: String,
-        /// Target array (written as Zarr v3 unless --zarr-format 2).
+        /// Target array or group (written as Zarr v3 unless --zarr-format 2).
         target: String,
-        /// Target chunk shape, e.g. 256,73,144 (-1: whole axis).
+        /// Target chunk shape per axis, e.g. 256,73,144, or by dimension name, e.g.
+        /// time=-1,latitude=10 (axes not named keep their chunks; a group's chunks are given
+        /// by name). -1: the whole axis.
         #[arg(
             long,
-            value_delimiter = ',',
-            allow_negative_numbers = true,
-            required = true
+            required = true,
+            allow_hyphen_values = true,
+            value_name = "SIZES"
         )]
-        chunks: Vec<i64>,
-        /// Shard shape (Zarr v3), a multiple of the chunks.
-        #[arg(long, value_delimiter = ',')]
-        shards: Option<Vec<u64>>,
+        chunks: String,
+        /// Shard shape (Zarr v3), a multiple of the chunks; per axis or by dimension name as
+        /// --chunks (-1: the whole axis).
+        #[arg(long, allow_hyphen_values = true, value_name = "SIZES")]
+        shards: Option<String>,
+        /// Replace an array or group already at the target. Without it, only a target that
+        /// an unfinished run of this same job left is accepted (and resumed).
+        #[arg(long)]
+        overwrite: bool,
         /// Compressor: zstd[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], gzip[:LEVEL] or none.
         #[arg(long, default_value = "zstd:3")]
         codec: String,
@@ -289,6 +299,7 @@ fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
             target,
             chunks,
             shards,
+            overwrite,
             codec,
             zarr_format,
             common,
@@ -298,12 +309,15 @@ fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
                 &source,
                 &target,
                 &RechunkOptions {
-                    chunks,
-                    shards,
+                    chunks: RechunkChunks::parse_cli(&chunks, "--chunks")?,
+                    shards: shards
+                        .map(|s| RechunkChunks::parse_cli(&s, "--shards"))
+                        .transpose()?,
                     codec,
                     zarr_format,
+                    overwrite,
                 },
-            );
+            )?;
             let summary = run::run_plan(&plan, &options(&common, cancel)?)?;
             print_summary(&summary, common.json)
         }

@@ -237,15 +237,56 @@ pub fn configure_allocator() {
     set_allocator_thresholds(128 * 1024);
 }
 
+/// Bytes each compute thread may hold that no task's projection counts: the pages of its
+/// stack it touched, its codec contexts (a zstd encoder keeps its window and tables between
+/// chunks) and the freed memory its allocator arena keeps for reuse. The engine sets this much
+/// per thread aside from the budget (see [`threads_for_budget`]).
+pub const THREAD_OVERHEAD: u64 = 2 << 20;
+
+/// Bytes of budget per compute thread below which fewer threads run: the threads' own
+/// overhead ([`THREAD_OVERHEAD`] each) then takes at most a quarter of the budget.
+pub const BUDGET_PER_THREAD: u64 = 4 * THREAD_OVERHEAD;
+
+/// The compute threads a budget of `max_mem` bytes affords: `requested`, but no more than one
+/// per [`BUDGET_PER_THREAD`] bytes (at least one), so what each thread holds outside every
+/// task's projection stays a small, counted share of small budgets (a 32 MB budget runs on
+/// three threads however many cores the machine has).
+pub fn threads_for_budget(max_mem: u64, requested: usize) -> usize {
+    let afforded = usize::try_from(max_mem / BUDGET_PER_THREAD).unwrap_or(usize::MAX);
+    requested.clamp(1, afforded.max(1))
+}
+
+/// The bytes of a budget of `max_mem` set aside for what `threads` compute threads hold
+/// outside every task's projection: [`THREAD_OVERHEAD`] for each thread but the first, whose
+/// share is part of the fixed baseline above the budget (at most a quarter of `max_mem`).
+pub fn thread_overhead(max_mem: u64, threads: usize) -> u64 {
+    (threads.saturating_sub(1) as u64 * THREAD_OVERHEAD).min(max_mem / 4)
+}
+
 /// Lets allocations up to 1/16 of the budget (128 KiB to 16 MiB) reuse freed heap memory
 /// instead of being mapped, faulted in and unmapped each time: encoded chunks and codec
 /// buffers are allocated and freed at a high rate, and that churn cost a third of the CPU time
 /// of large rechunks in the kernel (each unmap also flushes every core's TLB). A 256 MB
 /// budget so covers ERA5's 4 MB chunks. What the heap may keep stays a small share of the
-/// budget.
+/// budget: glibc gives threads heaps (arenas) of their own, each keeping up to twice the
+/// threshold of freed memory, so the number of arenas is capped at one per 64 MiB of budget
+/// (at least one); threads beyond it share them.
 pub fn scale_allocator_to_budget(max_mem: u64) {
     let threshold = (max_mem / 16).clamp(128 * 1024, 16 << 20);
     set_allocator_thresholds(threshold as i32);
+    let arenas = (max_mem / (64 << 20)).clamp(1, 1024);
+    set_allocator_arenas(arenas as i32);
+}
+
+fn set_allocator_arenas(arenas: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: as for `set_allocator_thresholds`: a tuning parameter glibc reads under its own
+    // locks when it would create an arena; arenas made before keep serving their threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = arenas;
 }
 
 fn set_allocator_thresholds(bytes: i32) {
@@ -270,6 +311,20 @@ mod tests {
         assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
         assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
         assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn small_budgets_run_on_fewer_threads() {
+        // 32 MB affords three threads whatever was asked; a large budget all of them.
+        assert_eq!(threads_for_budget(32_000_000, 16), 3);
+        assert_eq!(threads_for_budget(64_000_000, 16), 7);
+        assert_eq!(threads_for_budget(1 << 30, 16), 16);
+        assert_eq!(threads_for_budget(1_000_000, 16), 1);
+        assert_eq!(threads_for_budget(1 << 30, 0), 1);
+        // What the threads hold is set aside, never more than a quarter of the budget.
+        assert_eq!(thread_overhead(32_000_000, 3), 2 * THREAD_OVERHEAD);
+        assert_eq!(thread_overhead(1_000_000, 1), 0);
+        assert_eq!(thread_overhead(16_000_000, 64), 4_000_000);
     }
 
     #[test]

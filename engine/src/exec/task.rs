@@ -112,6 +112,13 @@ pub trait Processor: Send {
     /// Told before the task starts, in a resumed run, which of its output keys exist
     /// already: processors that can leave those chunks alone do.
     fn keep_existing(&mut self, _existing: &std::collections::HashSet<String>) {}
+
+    /// Bytes that other tasks of the same stage may hold after they end (detached from their
+    /// reservations, such as a reduction's partial results waiting to be merged) while this
+    /// task waits to start, at most: the budget must hold them and this task at once.
+    fn held_by_others(&self) -> u64 {
+        0
+    }
 }
 
 /// A unit of scheduling.

@@ -170,6 +170,17 @@ impl Fused {
         (c.axis == axis && l.view.is_identity(self.shape.len())).then_some(c.parts.as_slice())
     }
 
+    /// The axis and parts of a value that is materials joined along that axis and read as
+    /// they are.
+    pub fn joined(&self) -> Option<(usize, &[ConcatPart])> {
+        let leaf = self.program.as_single_load()?;
+        let l = &self.leaves[leaf];
+        let c = l.concat.as_deref()?;
+        l.view
+            .is_identity(self.shape.len())
+            .then_some((c.axis, c.parts.as_slice()))
+    }
+
     /// One leaf of material `mat` read through the identity view.
     fn single_leaf(
         mat: MatId,

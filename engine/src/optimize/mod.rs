@@ -4,6 +4,7 @@
 pub mod bands;
 pub mod fft;
 pub mod fuse;
+pub mod joins;
 pub mod rechunk;
 pub mod stages;
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::fuse::{self, ConcatPart, Fused, LeafConcat, MatId};
-use super::{bands, rechunk};
+use super::{bands, joins, rechunk};
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
 use crate::plan::graph::{Graph, NodeKind, TExpr, View, ViewAxis};
@@ -21,6 +21,8 @@ pub enum MaterialOrigin {
         url: String,
         /// Format.
         spec: ArraySpec,
+        /// Attributes and dimension names.
+        attrs: crate::zarr::ArrayAttrs,
     },
     /// An intermediate in the run's work directory, removed afterwards.
     Intermediate {
@@ -209,6 +211,16 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 fused[i] = Some(f.through(view, node.shape.clone(), node.grid.clone()));
             }
             NodeKind::Concat { inputs, axis } => {
+                let ins = inputs
+                    .iter()
+                    .map(|&j| fused_of(&fused, j))
+                    .collect::<Result<Vec<_>>>()?;
+                // A join of joins cut alike along another axis (blocks of a roll) reads its
+                // parts' arrays as one join of columns.
+                if let Some(c) = joins::transposed(&ins, *axis, &node.shape) {
+                    fused[i] = Some(joins::value(c, &materials, node.dtype, node.grid.clone()));
+                    continue;
+                }
                 let mut parts: Vec<ConcatPart> = Vec::new();
                 let mut start = 0;
                 for &j in inputs {
@@ -251,11 +263,11 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
                 let concat = LeafConcat {
                     axis: *axis,
                     shape: node.shape.clone(),
-                    parts,
+                    parts: joins::merged(parts, *axis, &node.shape),
                 };
-                fused[i] = Some(Fused::concat(
+                fused[i] = Some(joins::value(
                     concat,
-                    node.shape.clone(),
+                    &materials,
                     node.dtype,
                     node.grid.clone(),
                 ));
@@ -542,10 +554,11 @@ fn target_material(graph: &Graph, node_idx: usize, materials: &mut Vec<Material>
                 shards: spec.shards.clone(),
                 codec: spec.codec.clone(),
                 zarr_format: spec.zarr_format,
-                fill: None,
+                fill: spec.copied.fill.clone(),
                 overwrite: spec.overwrite,
                 existing: spec.existing,
             },
+            attrs: spec.copied.attrs.clone(),
         },
     });
     Ok(materials.len() - 1)
@@ -686,7 +699,7 @@ fn stream_plan(
 ) -> Option<(Vec<u64>, u64, u64, Codec)> {
     use crate::exec::ops::stream_copy;
     let mat = &materials[out];
-    let MaterialOrigin::Target { url, spec } = &mat.origin else {
+    let MaterialOrigin::Target { url, spec, .. } = &mat.origin else {
         return None;
     };
     if !crate::store::writes_in_parts(url) {

@@ -489,7 +489,11 @@ impl Graph {
                         spec.target
                     );
                     targets.push(url);
-                    write(&nodes, op.id.clone(), op.field.clone(), input, spec)?
+                    let like = match &spec.metadata_from {
+                        Some(id) => Some(lookup(id, format!("{}.metadata_from", op.field))?),
+                        None => None,
+                    };
+                    write(&nodes, op.id.clone(), op.field.clone(), input, spec, like)?
                 }
             };
             by_id.insert(op.id.clone(), nodes.len());
@@ -1118,6 +1122,7 @@ fn write(
     field: String,
     input: NodeId,
     spec: &WriteSpec,
+    like: Option<NodeId>,
 ) -> Result<Node> {
     let src = &nodes[input];
     let rank = src.shape.len();
@@ -1169,19 +1174,16 @@ fn write(
         }
         None => chunks.clone(),
     };
-    if !spec.overwrite && !spec.existing {
-        let store =
-            open_store(&spec.target, 1).map_err(|e| e.with_field(format!("{field}.target")))?;
-        let exists = crate::zarr::array_exists(store.as_ref())
-            .map_err(|e| e.with_field(format!("{field}.target")))?;
-        plan_ensure!(
-            !exists,
-            format!("{field}.target"),
-            "an array already exists at \"{}\" and overwrite is false",
-            spec.target
-        );
-    }
+    // Whether the target may be replaced (overwrite, or this job's unfinished output) is
+    // checked when the job's fingerprint is known, before anything is written.
     let mut spec = spec.clone();
+    if let Some(like) = like {
+        let (fill, attrs) = metadata_of(&nodes[like], src, &field)?;
+        spec.copied = Box::new(super::CopiedMetadata {
+            fill: Some(fill),
+            attrs,
+        });
+    }
     spec.chunks = Some(chunks);
     if spec.shards.is_some() {
         spec.shards = Some(storage.clone());
@@ -1195,6 +1197,31 @@ fn write(
             .map_err(|e| e.with_field(format!("{field}.chunks")))?,
         kind: NodeKind::Write { input, spec },
     })
+}
+
+/// The fill value and attributes that a write of `src` takes from the plan array `like` (its
+/// `metadata_from`), which must have `src`'s rank and dtype.
+fn metadata_of(like: &Node, src: &Node, field: &str) -> Result<(Vec<u8>, crate::zarr::ArrayAttrs)> {
+    let path = format!("{field}.metadata_from");
+    let NodeKind::Source(arr) = &like.kind else {
+        plan_bail!(
+            path,
+            "\"{}\" is an op; metadata_from names an array of \"arrays\"",
+            like.id
+        );
+    };
+    plan_ensure!(
+        like.shape.len() == src.shape.len() && like.dtype == src.dtype,
+        path,
+        "\"{}\" ({} of rank {}) cannot give its fill value and dimension names to \"{}\" ({} of rank {}): they need the same dtype and rank",
+        like.id,
+        like.dtype,
+        like.shape.len(),
+        src.id,
+        src.dtype,
+        src.shape.len()
+    );
+    Ok((arr.fill_bytes().to_vec(), arr.attrs().clone()))
 }
 
 /// The write spec for writing into the array already at `spec.target`: its chunks and format,

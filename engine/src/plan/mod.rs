@@ -11,7 +11,7 @@ pub use expr::{Expr, Func, Scalar};
 pub use params::substitute;
 
 use crate::array::DType;
-use crate::zarr::Codec;
+use crate::zarr::{ArrayAttrs, Codec};
 
 /// A parsed, untyped plan.
 #[derive(Debug, Clone)]
@@ -22,6 +22,26 @@ pub struct Plan {
     pub arrays: Vec<ArrayDecl>,
     /// Operations, in order.
     pub ops: Vec<OpDecl>,
+    /// Groups the plan writes (the arrays in them are `write` targets).
+    pub groups: Vec<GroupDecl>,
+}
+
+/// A Zarr group a plan writes: created before its arrays, marked unfinished until the run
+/// completes, then (optionally) given consolidated metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDecl {
+    /// Store URL or path of the group.
+    pub target: String,
+    /// A group whose attributes the target takes (and whose consolidation, by default).
+    pub metadata_from: Option<String>,
+    /// 2 or 3.
+    pub zarr_format: u8,
+    /// Write consolidated metadata; `None`: when `metadata_from` has some.
+    pub consolidated: Option<bool>,
+    /// Replace whatever is at `target` (otherwise only the same job's unfinished output).
+    pub overwrite: bool,
+    /// JSON path of the declaration (`groups[0]`).
+    pub field: String,
 }
 
 /// An input array read from a Zarr store.
@@ -222,6 +242,21 @@ pub struct WriteSpec {
     /// Write into the array already at the target, keeping its metadata (chunks, codecs,
     /// fill value, attributes): for arrays made by other tools (xarray, Cubed).
     pub existing: bool,
+    /// The id of a plan array whose fill value, attributes and dimension names the target
+    /// takes.
+    pub metadata_from: Option<String>,
+    /// What the target takes from `metadata_from`, set when the plan is validated.
+    pub copied: Box<CopiedMetadata>,
+}
+
+/// The fill value, attributes and dimension names a `write` target takes from its
+/// `metadata_from` array.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CopiedMetadata {
+    /// The fill value (native-endian bytes; zero when `None`).
+    pub fill: Option<Vec<u8>>,
+    /// Attributes and dimension names.
+    pub attrs: ArrayAttrs,
 }
 
 /// An operation.
@@ -323,6 +358,7 @@ impl Plan {
                 format!("not valid JSON: {e}"),
             )
         })?;
+        params::check_known(&value, params)?;
         let value = substitute(value, params)?;
         parse::plan(&value)
     }

@@ -12,6 +12,56 @@ pub fn substitute(value: Value, params: &BTreeMap<String, String>) -> Result<Val
     walk(value, params, "")
 }
 
+/// Checks that every name in `params` is a parameter of the plan `value`: used as `${NAME}`
+/// in a string value, or declared in its `params` block. The error names the unknown
+/// parameter and the plan's.
+pub fn check_known(value: &Value, params: &BTreeMap<String, String>) -> Result<()> {
+    let mut known = std::collections::BTreeSet::new();
+    if let Some(declared) = value.get("params").and_then(Value::as_object) {
+        known.extend(declared.keys().cloned());
+    }
+    used_names(value, true, &mut known);
+    for name in params.keys() {
+        if !known.contains(name) {
+            let names: Vec<&str> = known.iter().map(String::as_str).collect();
+            return Err(Error::plan(
+                "--param",
+                format!(
+                    "unknown parameter \"{name}\": the plan's parameters are {}",
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Adds the `NAME` of every `${NAME}` in the string values of `value` (outside a top-level
+/// `params` block) to `names`.
+fn used_names(value: &Value, top: bool, names: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::String(s) => {
+            let mut rest = s.as_str();
+            while let Some(start) = rest.find("${") {
+                let after = &rest[start + 2..];
+                let Some(end) = after.find('}') else { break };
+                names.insert(after[..end].to_string());
+                rest = &after[end + 1..];
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| used_names(v, false, names)),
+        Value::Object(map) => map
+            .iter()
+            .filter(|(k, _)| !(top && k.as_str() == "params"))
+            .for_each(|(_, v)| used_names(v, false, names)),
+        _ => {}
+    }
+}
+
 fn walk(value: Value, params: &BTreeMap<String, String>, path: &str) -> Result<Value> {
     Ok(match value {
         Value::String(s) => Value::String(replace(&s, params, path)?),
@@ -84,5 +134,29 @@ mod tests {
         let e = substitute(json!({"ops": [{"target": "${target}"}]}), &p).unwrap_err();
         assert_eq!(e.context.field.as_deref(), Some("ops[0].target"));
         assert!(e.message.contains("missing parameter \"target\""));
+    }
+
+    #[test]
+    fn unknown_parameters_are_named_with_the_plans() {
+        let plan = json!({"params": {"level": "declared, unused"},
+            "arrays": [{"zarr": "${source}"}], "ops": [{"target": "${dir}/${name}.zarr"}]});
+        let mut p = BTreeMap::new();
+        for name in ["source", "dir", "name", "level"] {
+            p.insert(name.to_string(), "x".to_string());
+        }
+        check_known(&plan, &p).unwrap();
+        p.insert("taget".to_string(), "x".to_string());
+        let e = check_known(&plan, &p).unwrap_err();
+        assert_eq!(e.context.field.as_deref(), Some("--param"));
+        assert_eq!(
+            e.message,
+            "unknown parameter \"taget\": the plan's parameters are dir, level, name, source"
+        );
+        let e = check_known(&json!({"ops": []}), &p).unwrap_err();
+        assert!(
+            e.message.ends_with("the plan's parameters are none"),
+            "{}",
+            e.message
+        );
     }
 }

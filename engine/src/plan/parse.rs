@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::{
-    ArrayDecl, Expr, FftDecl, FftKind, Func, Op, OpDecl, Plan, ReduceFunc, Scalar, SliceItem,
-    WriteSpec,
+    ArrayDecl, Expr, FftDecl, FftKind, Func, GroupDecl, Op, OpDecl, Plan, ReduceFunc, Scalar,
+    SliceItem, WriteSpec,
 };
 use crate::array::DType;
 use crate::error::{Error, Result};
@@ -157,7 +157,15 @@ fn list<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
 /// Parses a whole plan.
 pub fn plan(v: &Value) -> Result<Plan> {
     let top = Obj::new(v, "")?;
-    top.check_keys(&["name", "description", "params", "arrays", "ops", "version"])?;
+    top.check_keys(&[
+        "name",
+        "description",
+        "params",
+        "arrays",
+        "ops",
+        "groups",
+        "version",
+    ])?;
     let name = top.opt_str("name")?.unwrap_or("plan").to_string();
     let mut ids = HashSet::new();
     let mut arrays = Vec::new();
@@ -195,7 +203,56 @@ pub fn plan(v: &Value) -> Result<Plan> {
         });
     }
     plan_ensure!(!ops.is_empty(), "ops", "a plan needs at least one op");
-    Ok(Plan { name, arrays, ops })
+    let groups = match top.get("groups") {
+        None => Vec::new(),
+        Some(g) => list(g, "groups")?
+            .iter()
+            .enumerate()
+            .map(|(i, item)| group(&Obj::new(item, &format!("groups[{i}]"))?))
+            .collect::<Result<Vec<_>>>()?,
+    };
+    Ok(Plan {
+        name,
+        arrays,
+        ops,
+        groups,
+    })
+}
+
+/// A group the plan writes: `target`, `metadata_from` (a group URL), `zarr_format`,
+/// `consolidated`, `overwrite`.
+fn group(o: &Obj) -> Result<GroupDecl> {
+    o.check_keys(&[
+        "target",
+        "metadata_from",
+        "zarr_format",
+        "consolidated",
+        "overwrite",
+    ])?;
+    let consolidated = match o.get("consolidated") {
+        None => None,
+        Some(_) => Some(o.opt_bool("consolidated", false)?),
+    };
+    Ok(GroupDecl {
+        target: o.str("target")?.to_string(),
+        metadata_from: o.opt_str("metadata_from")?.map(str::to_string),
+        zarr_format: zarr_format(o)?,
+        consolidated,
+        overwrite: o.opt_bool("overwrite", true)?,
+        field: o.path.clone(),
+    })
+}
+
+/// An object's `zarr_format`: 2 or 3 (the default).
+fn zarr_format(o: &Obj) -> Result<u8> {
+    Ok(match o.get("zarr_format") {
+        None => 3,
+        Some(v) => match v.as_u64() {
+            Some(2) => 2,
+            Some(3) => 3,
+            _ => plan_bail!(o.at("zarr_format"), "must be 2 or 3, got {v}"),
+        },
+    })
 }
 
 fn op(o: &Obj) -> Result<Op> {
@@ -351,10 +408,18 @@ fn op(o: &Obj) -> Result<Op> {
                 "zarr_format",
                 "overwrite",
                 "existing",
+                "metadata_from",
             ])?;
             let existing = o.opt_bool("existing", false)?;
             if existing {
-                for key in ["chunks", "shards", "codec", "zarr_format", "overwrite"] {
+                for key in [
+                    "chunks",
+                    "shards",
+                    "codec",
+                    "zarr_format",
+                    "overwrite",
+                    "metadata_from",
+                ] {
                     plan_ensure!(
                         o.get(key).is_none(),
                         o.at(key),
@@ -366,14 +431,7 @@ fn op(o: &Obj) -> Result<Op> {
                 None => Codec::default(),
                 Some(v) => codec(v, &o.at("codec"))?,
             };
-            let zarr_format = match o.get("zarr_format") {
-                None => 3,
-                Some(v) => match v.as_u64() {
-                    Some(2) => 2,
-                    Some(3) => 3,
-                    _ => plan_bail!(o.at("zarr_format"), "must be 2 or 3, got {v}"),
-                },
-            };
+            let zarr_format = zarr_format(o)?;
             let shards = o.sizes("shards")?;
             plan_ensure!(
                 shards.is_none() || zarr_format == 3,
@@ -390,6 +448,8 @@ fn op(o: &Obj) -> Result<Op> {
                     zarr_format,
                     overwrite: o.opt_bool("overwrite", true)?,
                     existing,
+                    metadata_from: o.opt_str("metadata_from")?.map(str::to_string),
+                    copied: Default::default(),
                 },
             }
         }

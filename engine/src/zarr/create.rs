@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 
+use super::attrs::{fill_json, ArrayAttrs};
 use crate::array::DType;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -163,56 +164,14 @@ pub struct ArraySpec {
     pub codec: Codec,
     /// 2 or 3.
     pub zarr_format: u8,
-    /// Native-endian bytes of the fill value (zero when `None`).
+    /// Native-endian bytes of the fill value (zero when `None`). A Zarr v2 array with
+    /// dimension names takes its `_FillValue` attribute instead (see `zarr::attrs`).
     pub fill: Option<Vec<u8>>,
     /// Replace an existing array.
     pub overwrite: bool,
     /// Open the array already there (its shape, dtype and chunks must match) instead of
     /// creating one.
     pub existing: bool,
-}
-
-fn fill_json(dtype: DType, fill: &[u8]) -> Value {
-    fn float(v: f64) -> Value {
-        if v.is_nan() {
-            json!("NaN")
-        } else if v.is_infinite() {
-            json!(if v > 0.0 { "Infinity" } else { "-Infinity" })
-        } else {
-            json!(v)
-        }
-    }
-    let b = |n: usize| -> [u8; 8] {
-        let mut a = [0u8; 8];
-        a[..n].copy_from_slice(&fill[..n]);
-        a
-    };
-    match dtype {
-        DType::Bool => json!(fill[0] != 0),
-        DType::I8 => json!(fill[0] as i8),
-        DType::U8 => json!(fill[0]),
-        DType::I16 => json!(i16::from_ne_bytes([fill[0], fill[1]])),
-        DType::U16 => json!(u16::from_ne_bytes([fill[0], fill[1]])),
-        DType::I32 => json!(i32::from_ne_bytes([fill[0], fill[1], fill[2], fill[3]])),
-        DType::U32 => json!(u32::from_ne_bytes([fill[0], fill[1], fill[2], fill[3]])),
-        DType::I64 => json!(i64::from_ne_bytes(b(8))),
-        DType::U64 => json!(u64::from_ne_bytes(b(8))),
-        DType::F32 => float(f32::from_ne_bytes([fill[0], fill[1], fill[2], fill[3]]) as f64),
-        DType::F64 => float(f64::from_ne_bytes(b(8))),
-        DType::C64 => {
-            let re = f32::from_ne_bytes([fill[0], fill[1], fill[2], fill[3]]) as f64;
-            let im = f32::from_ne_bytes([fill[4], fill[5], fill[6], fill[7]]) as f64;
-            json!([float(re), float(im)])
-        }
-        DType::C128 => {
-            let mut im = [0u8; 8];
-            im.copy_from_slice(&fill[8..16]);
-            json!([
-                float(f64::from_ne_bytes(b(8))),
-                float(f64::from_ne_bytes(im))
-            ])
-        }
-    }
 }
 
 fn v2_dtype(dtype: DType) -> &'static str {
@@ -233,8 +192,16 @@ fn v2_dtype(dtype: DType) -> &'static str {
     }
 }
 
-/// The metadata document and its key for `spec`.
-pub fn metadata_document(spec: &ArraySpec) -> Result<(Vec<u8>, String)> {
+/// Metadata documents of one node, each with its store key.
+pub type Documents = Vec<(String, Vec<u8>)>;
+
+/// The metadata documents of `spec` with `attrs` (and the job marker's value `marker` among
+/// the attributes), each with its key: `zarr.json`, or `.zarray` then `.zattrs`.
+pub fn metadata_documents(
+    spec: &ArraySpec,
+    attrs: &ArrayAttrs,
+    marker: Option<&Value>,
+) -> Result<Documents> {
     spec.codec.validate()?;
     let rank = spec.shape.len();
     let plan_err = |m: String| Err(Error::new(ErrorKind::Plan, m));
@@ -251,11 +218,20 @@ pub fn metadata_document(spec: &ArraySpec) -> Result<(Vec<u8>, String)> {
             spec.chunks
         ));
     }
+    if let Some(names) = &attrs.dimension_names {
+        if names.len() != rank {
+            return plan_err(format!(
+                "dimension names {names:?} have {} entries but the array has rank {rank}",
+                names.len()
+            ));
+        }
+    }
     let fill = spec
         .fill
         .clone()
         .unwrap_or_else(|| vec![0u8; spec.dtype.size()]);
     let fill_value = fill_json(spec.dtype, &fill);
+    let (v2_attrs, v2_fill) = attrs.v2_fields(spec.dtype, &fill, marker);
     let compressor_v3 = spec.codec.v3(spec.dtype);
     let mut inner = vec![json!({"name": "bytes", "configuration": {"endian": "little"}})];
     if spec.dtype.size() == 1 {
@@ -270,7 +246,7 @@ pub fn metadata_document(spec: &ArraySpec) -> Result<(Vec<u8>, String)> {
             "chunks": spec.chunks,
             "dtype": v2_dtype(spec.dtype),
             "compressor": spec.codec.v2(),
-            "fill_value": fill_value,
+            "fill_value": v2_fill,
             "order": "C",
             "filters": null,
             "dimension_separator": ".",
@@ -303,7 +279,8 @@ pub fn metadata_document(spec: &ArraySpec) -> Result<(Vec<u8>, String)> {
                     )
                 }
             };
-            json!({
+            let (attributes, names) = attrs.v3_fields(marker);
+            let mut doc = json!({
                 "zarr_format": 3,
                 "node_type": "array",
                 "shape": spec.shape,
@@ -312,16 +289,22 @@ pub fn metadata_document(spec: &ArraySpec) -> Result<(Vec<u8>, String)> {
                 "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
                 "fill_value": fill_value,
                 "codecs": codecs,
-                "attributes": {},
-            })
+                "attributes": attributes,
+            });
+            if let (Some(names), Some(map)) = (names, doc.as_object_mut()) {
+                map.insert("dimension_names".to_string(), names);
+            }
+            doc
         }
         (v, _) => return plan_err(format!("zarr_format must be 2 or 3, got {v}")),
     };
-    let key = if spec.zarr_format == 2 {
-        ".zarray"
+    let json = |v: &Value| serde_json::to_vec_pretty(v).map_err(|e| Error::internal(e.to_string()));
+    Ok(if spec.zarr_format == 2 {
+        vec![
+            (".zarray".to_string(), json(&doc)?),
+            (".zattrs".to_string(), json(&v2_attrs)?),
+        ]
     } else {
-        "zarr.json"
-    };
-    let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| Error::internal(e.to_string()))?;
-    Ok((bytes, key.to_string()))
+        vec![("zarr.json".to_string(), json(&doc)?)]
+    })
 }

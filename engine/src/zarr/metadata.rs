@@ -63,6 +63,25 @@ pub fn read(store: &dyn Store) -> Result<(ArrayMetadata, serde_json::Value)> {
     Ok((metadata, raw))
 }
 
+/// Parses the documents of one array as [`create::metadata_documents`](super::create) makes
+/// them (`zarr.json`, or `.zarray` then `.zattrs`): the metadata, with a v2 array's
+/// attributes, and the raw array document.
+pub fn parse_documents(docs: &[(String, Vec<u8>)]) -> Result<(ArrayMetadata, serde_json::Value)> {
+    let Some((key, doc)) = docs.first() else {
+        return Err(Error::internal("no metadata document"));
+    };
+    let mut metadata = parse(doc, key)?;
+    if let (ArrayMetadata::V2(m), Some((attrs_key, attrs))) = (&mut metadata, docs.get(1)) {
+        m.attributes = serde_json::from_slice(attrs).map_err(|e| {
+            Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}")).with_chunk_key(attrs_key)
+        })?;
+    }
+    let raw = serde_json::from_slice(doc).map_err(|e| {
+        Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}")).with_chunk_key(key)
+    })?;
+    Ok((metadata, raw))
+}
+
 /// Parses a metadata document stored under `key` (`zarr.json` or `.zarray`).
 pub fn parse(doc: &[u8], key: &str) -> Result<ArrayMetadata> {
     let corrupt = |e: serde_json::Error| {

@@ -5,14 +5,19 @@
 //! codecs on bytes handed to it, with its internal parallelism switched off (the engine
 //! parallelises across chunks itself).
 
+pub mod attrs;
 mod create;
+pub mod group;
 mod metadata;
 pub mod shard;
 pub mod stream;
+mod target;
 
+pub use attrs::ArrayAttrs;
 pub use create::{ArraySpec, Codec};
 pub use metadata::exists as array_exists;
 pub use metadata::ArrayInfo;
+pub use target::{check_target, TargetState};
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -37,6 +42,14 @@ pub struct ZarrArray {
     dtype: DType,
     grid: ChunkGrid,
     fill: Vec<u8>,
+    /// Store chunks whose values all equal the fill value too: a Zarr v2 array whose fill
+    /// value is null, whose readers cannot fill a missing chunk.
+    store_fill_chunks: bool,
+    /// Attributes and dimension names.
+    attrs: ArrayAttrs,
+    /// For the target of an unfinished job: the metadata documents (with their keys) that
+    /// complete it, written over its marked ones when the job ends (see `target`).
+    finished_docs: std::sync::Mutex<Option<create::Documents>>,
     info: ArrayInfo,
     options: CodecOptions,
     fast: Option<FastCodec>,
@@ -326,6 +339,10 @@ impl ZarrArray {
         raw: serde_json::Value,
     ) -> Result<Self> {
         let url = store.url().to_string();
+        let v2_attributes = match &metadata {
+            ArrayMetadata::V2(m) => Some(m.attributes.clone()),
+            _ => None,
+        };
         let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
             .map_err(|e| Error::new(ErrorKind::Corrupt, format!("invalid array metadata: {e}")))?;
         let dtype = dtype_from_zarrs(meta.data_type()).ok_or_else(|| {
@@ -358,6 +375,11 @@ impl ZarrArray {
             axes.push(axis);
         }
         let fill = meta.fill_value().as_ne_bytes().to_vec();
+        let null_fill = raw.get("fill_value").is_none_or(serde_json::Value::is_null);
+        let attrs = match &v2_attributes {
+            None => ArrayAttrs::from_v3(&raw),
+            Some(a) => ArrayAttrs::from_v2(a, (!null_fill).then_some((dtype, &fill[..]))),
+        };
         let info = metadata::describe(&meta, &raw, dtype);
         let fast = detect_fast_codec(&raw);
         let fast_encode = detect_fast_encode(&raw);
@@ -381,6 +403,9 @@ impl ZarrArray {
             dtype,
             grid,
             fill,
+            store_fill_chunks: v2_attributes.is_some() && null_fill,
+            attrs,
+            finished_docs: std::sync::Mutex::new(None),
             info,
             options: codec_options(),
             fast,
@@ -675,6 +700,11 @@ impl ZarrArray {
         &self.fill
     }
 
+    /// Attributes and dimension names (in Zarr v3's form: see [`attrs`]).
+    pub fn attrs(&self) -> &ArrayAttrs {
+        &self.attrs
+    }
+
     /// What `chunkfuse info` shows.
     pub fn info(&self) -> &ArrayInfo {
         &self.info
@@ -967,7 +997,7 @@ impl ZarrArray {
         if self.fast == Some(FastCodec::Raw)
             && whole
             && self.encoded_chunk_shape(idx)? == region.shape
-            && !data.all_equal(&self.fill)
+            && (self.store_fill_chunks || !data.all_equal(&self.fill))
         {
             return Ok(Some(data.into_bytes()));
         }
@@ -998,7 +1028,7 @@ impl ZarrArray {
                 data.dtype()
             )));
         }
-        if data.all_equal(&self.fill) {
+        if !self.store_fill_chunks && data.all_equal(&self.fill) {
             return Ok(None);
         }
         let encoded_shape = self.encoded_chunk_shape(idx)?;
@@ -1088,69 +1118,7 @@ impl ZarrArray {
 
     /// Creates (or replaces, when `spec.overwrite`) an array in `store` and writes its metadata.
     pub fn create(store: Arc<dyn Store>, spec: &ArraySpec) -> Result<Self> {
-        let url = store.url().to_string();
-        if spec.existing && metadata::exists(store.as_ref())? {
-            let array = Self::open(store)?;
-            array.check_matches(spec)?;
-            return Ok(array);
-        }
-        let (doc, key) = create::metadata_document(spec).map_err(|e| e.with_store(&url))?;
-        let metadata = metadata::parse(&doc, &key).map_err(|e| e.with_store(&url))?;
-        let raw: serde_json::Value = serde_json::from_slice(&doc)
-            .map_err(|e| Error::internal(format!("metadata we wrote is not JSON: {e}")))?;
-        let existing = metadata::exists(store.as_ref())?;
-        if existing && !spec.overwrite {
-            return Err(Error::store(
-                &url,
-                "an array already exists here (set \"overwrite\": true to replace it)",
-            ));
-        }
-        if existing {
-            store.erase_prefix("")?;
-        }
-        let array = Self::from_metadata(store.clone(), metadata, raw)?;
-        store.set(&key, doc).map_err(|e| e.with_store(&url))?;
-        Ok(array)
-    }
-}
-
-/// The store key that marks an array as the target of an unfinished job; its value is the
-/// job's fingerprint. Zarr readers ignore it.
-pub const JOB_MARKER_KEY: &str = ".chunkfuse-job";
-
-impl ZarrArray {
-    /// Opens the array a previous, unfinished run of job `job` left in `store` (same marker,
-    /// same metadata), so its written chunks can be kept; otherwise creates the array as
-    /// [`create`](Self::create) does and marks it with `job`. Returns whether it resumed.
-    pub fn resume_or_create(
-        store: Arc<dyn Store>,
-        spec: &ArraySpec,
-        job: &str,
-    ) -> Result<(Self, bool)> {
-        if spec.existing {
-            return Ok((Self::create(store, spec)?, false));
-        }
-        let url = store.url().to_string();
-        let marker = store.get(JOB_MARKER_KEY).map_err(|e| e.with_store(&url))?;
-        if marker.as_deref() == Some(job.as_bytes()) {
-            let (doc, key) = create::metadata_document(spec).map_err(|e| e.with_store(&url))?;
-            if store.get(&key).map_err(|e| e.with_store(&url))?.as_deref() == Some(&doc[..]) {
-                store.remove_abandoned_writes()?;
-                return Ok((Self::open(store)?, true));
-            }
-        }
-        let array = Self::create(store.clone(), spec)?;
-        store
-            .set(JOB_MARKER_KEY, job.as_bytes().to_vec())
-            .map_err(|e| e.with_store(&url))?;
-        Ok((array, false))
-    }
-
-    /// Removes the unfinished-job marker: the array is complete.
-    pub fn finish_job(&self) -> Result<()> {
-        self.store
-            .erase(JOB_MARKER_KEY)
-            .map_err(|e| e.with_store(&self.url))
+        Self::create_with(store, spec, &ArrayAttrs::default(), None)
     }
 }
 

@@ -458,6 +458,13 @@ impl Processor for ReduceProcessor {
             encoded,
         )])
     }
+
+    /// Groups start in order and merge in order, so when this group waits to start, every
+    /// earlier one has ended: their merged result and an even group's partial sums waiting
+    /// for their pair (this group) are held, at most two accumulators.
+    fn held_by_others(&self) -> u64 {
+        self.group.min(2) as u64 * self.acc_bytes
+    }
 }
 
 /// Maps an output chunk region to the input region it reduces.
