@@ -114,6 +114,7 @@ def main() -> int:
         str(args.dir / "rechunked.zarr"),
         "--chunks",
         f"{args.time},73,144",
+        "--overwrite",  # the previous demo's output
         *mm,
     )
     report(f"chunkfuse rechunk to ({args.time}, 73, 144), zstd level 3", s)

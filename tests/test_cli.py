@@ -1,4 +1,5 @@
-"""The CLI contract: `info`, `rechunk`, `bench decode`, `bench codec`, the `run --json` summary."""
+"""The CLI contract: `info`, `rechunk` (arrays and groups), `bench decode`, `bench codec`, the
+`run --json` summary and its parameters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 from conftest import (
     Cli,
@@ -21,6 +23,7 @@ from conftest import (
     write_v2,
     write_v3,
 )
+from era5_dataset import write_era5_v2
 
 RunPlan = Callable[..., dict[str, Any]]
 
@@ -152,6 +155,53 @@ def test_rechunk_cli_from_v2_and_sharded(cli: Cli, tmp_path: Path) -> None:
     assert_same_array(read_zarr(back), data)
 
 
+@pytest.mark.parametrize("spelling", ["separate", "equals"])
+def test_rechunk_cli_takes_minus_one_for_whole_axes(
+    cli: Cli, tmp_path: Path, spelling: str
+) -> None:
+    data = smooth((20, 26, 36))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (1, 26, 36))
+
+    def flag(name: str, value: str) -> list[str]:
+        return [name, value] if spelling == "separate" else [f"{name}={value}"]
+
+    chunked = tmp_path / "chunked.zarr"
+    cli("rechunk", src, chunked, *flag("--chunks", "-1,13,36"), "--json")
+    assert open_zarr(chunked).chunks == (20, 13, 36)
+    sharded = tmp_path / "sharded.zarr"
+    args = [*flag("--chunks", "-1,13,12"), *flag("--shards", "-1,26,-1")]
+    cli("rechunk", src, sharded, *args, "--json")
+    out = open_zarr(sharded)
+    assert (out.chunks, out.shards) == ((20, 13, 12), (20, 26, 36))
+    assert_same_array(read_zarr(sharded), data)
+    bad = cli("rechunk", src, tmp_path / "bad.zarr", *flag("--chunks", "-1,x,36"), expect_rc=2)
+    assert 'at --chunks: "x" in "-1,x,36": not an integer' in bad.stderr, bad.stderr
+
+
+def test_rechunk_cli_of_a_group_by_dimension_name(cli: Cli, tmp_path: Path) -> None:
+    era5 = write_era5_v2(tmp_path / "era5.zarr")
+    target = tmp_path / "era5-ts.zarr"
+    args = ["rechunk", era5, target, "--chunks", "time=-1,latitude=10,longitude=20"]
+    summary = cli(*args, "--max-mem", "64MB", "--json").json()
+    names = sorted(Path(o).name for o in summary["outputs"])
+    assert names == ["latitude", "longitude", "sp", "t2m", "time", "u10", "v10"], names
+    got = xr.open_zarr(target).load()
+    xr.testing.assert_identical(got, xr.open_zarr(era5).load())
+    assert got["t2m"].encoding["chunks"] == (12, 10, 20)
+    # Whatever is at the target is not replaced unless asked to.
+    refused = cli(*args, expect_rc=2)
+    assert f'in store "{target}": the target already holds a Zarr group' in refused.stderr
+    assert "--overwrite" in refused.stderr
+    cli(*args, "--overwrite", "--json")
+    typo = cli("rechunk", era5, tmp_path / "typo.zarr", "--chunks", "time=-1,lat=10", expect_rc=2)
+    assert 'no array of the group has a dimension "lat"' in typo.stderr, typo.stderr
+    assert "latitude, longitude, time" in typo.stderr
+    assert not (tmp_path / "typo.zarr").exists()
+    axes = cli("rechunk", era5, tmp_path / "axes.zarr", "--chunks", "-1,10,20", expect_rc=2)
+    assert "give chunks by dimension name" in axes.stderr, axes.stderr
+
+
 def one_op_plan(name: str, src: Path, target: Path, op: str, const: float) -> dict[str, Any]:
     """The plan writing ``op(x, const)`` of the array at ``src`` to ``target``."""
     return {
@@ -185,6 +235,22 @@ def test_run_summary(run_plan: RunPlan, tmp_path: Path) -> None:
     assert summary["peak_rss"] > 0
     assert any(str(target) in o for o in summary["outputs"]), summary["outputs"]
     assert_same_array(read_zarr(target), data * 3)
+
+
+def test_run_refuses_unknown_parameters(run_plan: RunPlan, tmp_path: Path) -> None:
+    data = smooth((4, 6))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (2, 6))
+    plan = one_op_plan("params-check", Path("${source}"), Path("${target}"), "add", 1)
+    target = tmp_path / "out.zarr"
+    params = {"source": src, "target": target, "tagret": tmp_path / "typo.zarr"}
+    bad = run_plan(plan, params, expect_rc=2)
+    assert 'at --param: unknown parameter "tagret"' in bad["stderr"], bad["stderr"]
+    assert "the plan's parameters are source, target" in bad["stderr"]
+    assert not target.exists()
+    del params["tagret"]
+    run_plan(plan, params)
+    assert_same_array(read_zarr(target), data + 1)
 
 
 def test_run_twice_same_result_any_threads(run_plan: RunPlan, tmp_path: Path) -> None:

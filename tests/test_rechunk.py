@@ -1,6 +1,8 @@
 """Rechunking jobs: `chunkfuse.rechunk` against zarr-python (random shapes, chunks, dtypes,
-Zarr v2 and v3 sources, sharded targets), bad input, and killed jobs that leave no corrupt
-target and resume when run again. Peak RSS under --max-mem is asserted in test_memory.py."""
+Zarr v2 and v3 sources, sharded targets), whole datasets against xarray (attributes,
+dimension names, fill values, coordinates and CF encodings kept), bad input, targets that are
+not the job's to replace, and killed jobs that leave no corrupt target, are marked unfinished
+and resume when run again. Peak RSS under --max-mem is asserted in test_memory.py."""
 
 from __future__ import annotations
 
@@ -8,14 +10,18 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import chunkfuse
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 from conftest import Cli, assert_no_partial_files, read_zarr
+from era5_dataset import FLOATS, MISSING, write_era5_v2
+from era5_dataset import SHAPE as ERA5_SHAPE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -115,6 +121,153 @@ def test_source_that_is_not_an_array_names_it(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Whole datasets, as xarray sees them
+# ---------------------------------------------------------------------------------------------
+
+ERA5_CHUNKS = {"time": -1, "latitude": 10, "longitude": 20}
+
+
+@pytest.fixture
+def era5(tmp_path: Path) -> Path:
+    return write_era5_v2(tmp_path / "era5.zarr")
+
+
+def open_quietly(path: Path) -> xr.Dataset:
+    """``xr.open_zarr(path)``, failing on any warning (a target without consolidated
+    metadata, where its source had some, makes xarray warn)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return xr.open_zarr(path).load()
+
+
+@pytest.mark.parametrize("zarr_format", [3, 2])
+@pytest.mark.parametrize("given", ["path", "zarr.Group", "xarray.Dataset"])
+def test_rechunked_era5_dataset_opens_in_xarray_as_its_source(
+    tmp_path: Path, era5: Path, given: str, zarr_format: int
+) -> None:
+    source: Any = {
+        "path": era5,
+        "zarr.Group": zarr.open_group(str(era5), mode="r"),
+        "xarray.Dataset": xr.open_zarr(era5),
+    }[given]
+    target = tmp_path / "era5-ts.zarr"
+    chunkfuse.rechunk(source, target, ERA5_CHUNKS, max_mem="64MB", zarr_format=zarr_format)
+    want = xr.open_zarr(era5).load()
+    got = open_quietly(target)
+    # Values (NaN where they were NaN, and where a source chunk was missing), dimensions,
+    # coordinates (the time axis decoded from its CF units and calendar), attributes, and
+    # the packed variable decoded with its scale, offset and _FillValue.
+    xr.testing.assert_identical(got, want)
+    for name, _, step in MISSING:
+        assert got[name].isel(time=step).isnull().all(), name
+    assert int(got["t2m"].isnull().sum()) > got["t2m"].isel(time=5).size
+    nt, _, _ = ERA5_SHAPE
+    for name in (*FLOATS, "sp"):
+        assert got[name].encoding["chunks"] == (nt, 10, 20), name
+    assert got["time"].encoding["chunks"] == (nt,)
+    assert got["latitude"].encoding["chunks"] == (10,)
+    assert got["sp"].encoding["dtype"] == np.int16  # still packed on disk
+    # As stored: the format asked for, the fill value, the dimension names, no job marker.
+    group = zarr.open_group(str(target), mode="r")
+    assert group.metadata.zarr_format == zarr_format
+    t2m = group["t2m"]
+    assert np.isnan(t2m.fill_value)
+    dims = ["time", "latitude", "longitude"]
+    if zarr_format == 3:
+        assert list(t2m.metadata.dimension_names) == dims
+    else:
+        assert t2m.attrs["_ARRAY_DIMENSIONS"] == dims
+    assert "chunkfuse" not in group.attrs and "chunkfuse" not in t2m.attrs
+
+
+def test_a_v3_dataset_rechunks_back_to_v2(tmp_path: Path, era5: Path) -> None:
+    """Dimension names and the values xarray masks map from v3 back to v2: the v3
+    `_FillValue` attribute becomes the v2 fill value again (null where there was none, as for
+    the integer time axis, so that xarray masks nothing there)."""
+    v3 = tmp_path / "v3.zarr"
+    chunkfuse.rechunk(era5, v3, ERA5_CHUNKS)
+    v2 = tmp_path / "v2.zarr"
+    chunkfuse.rechunk(v3, v2, {"time": 1}, zarr_format=2)
+    xr.testing.assert_identical(open_quietly(v2), xr.open_zarr(era5).load())
+    group = zarr.open_group(str(v2), mode="r")
+    assert group["time"].fill_value is None
+    assert group["sp"].fill_value == -32767 and "_FillValue" not in group["sp"].attrs
+    assert group["t2m"].attrs["_ARRAY_DIMENSIONS"] == ["time", "latitude", "longitude"]
+
+
+def test_a_missing_source_chunk_stays_missing(tmp_path: Path, era5: Path) -> None:
+    target = tmp_path / "out.zarr"
+    chunkfuse.rechunk(era5, target, {"time": 1, "latitude": 10, "longitude": 20})
+    got = open_quietly(target)
+    xr.testing.assert_identical(got, xr.open_zarr(era5).load())
+    for name, _, step in MISSING:
+        # The target chunks of the missing source chunk hold only the fill value: absent.
+        stored = {p.parts[-3] for p in (target / name / "c").rglob("*") if p.is_file()}
+        assert str(step) not in stored and str(step - 1) in stored, (name, sorted(stored))
+        assert got[name].isel(time=step).isnull().all()
+
+
+def test_per_variable_chunks(tmp_path: Path, era5: Path) -> None:
+    target = tmp_path / "out.zarr"
+    chunks = {"t2m": {"time": 6}, "u10": (12, 19, 36), "latitude": None}
+    chunkfuse.rechunk(xr.open_zarr(era5), target, chunks)
+    got = open_quietly(target)
+    xr.testing.assert_identical(got, xr.open_zarr(era5).load())
+    assert got["t2m"].encoding["chunks"] == (6, 19, 36)
+    assert got["u10"].encoding["chunks"] == (12, 19, 36)
+    assert got["v10"].encoding["chunks"] == (1, 19, 36)  # not named: kept
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        ({"time": -1, "lat": 10}, "no array of the group has a dimension 'lat'"),
+        ({"t2m": {"time": 2}, "t3m": {"time": 2}}, "no variable 't3m' in the group"),
+        ({"t2m": {"lat": 2}}, "'t2m' has no dimension 'lat'"),
+        ({"t2m": {"time": 2}, "time": 4}, "not both"),
+        ((12, 10, 20), "the source is a group"),
+    ],
+)
+def test_bad_dataset_chunks_are_one_clear_error_and_write_nothing(
+    tmp_path: Path, era5: Path, chunks: Any, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        chunkfuse.rechunk(era5, tmp_path / "out.zarr", chunks)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_dataset_variable_that_is_not_stored_is_refused(tmp_path: Path, era5: Path) -> None:
+    ds = xr.open_zarr(era5)
+    ds["wind"] = np.hypot(ds.u10, ds.v10)
+    with pytest.raises(ValueError, match="variable\\(s\\) wind of the dataset are not stored"):
+        chunkfuse.rechunk(ds, tmp_path / "out.zarr", ERA5_CHUNKS)
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_an_existing_target_is_refused_unless_overwrite(tmp_path: Path, era5: Path) -> None:
+    other = np.arange(12.0).reshape(3, 4)
+    target = tmp_path / "taken.zarr"
+    zarr.create_array(str(target), data=other, chunks=(3, 4))
+    a = np.ones((6, 8), "float32")
+    zarr.create_array(str(tmp_path / "src.zarr"), data=a, chunks=(1, 8))
+    with pytest.raises(ValueError, match=f'in store "{target}": the target already holds a Zarr'):
+        chunkfuse.rechunk(tmp_path / "src.zarr", target, (6, 4))
+    np.testing.assert_array_equal(zarr.open_array(str(target), mode="r")[...], other)
+    with pytest.raises(ValueError, match=f'in store "{target}": the target already holds a Zarr'):
+        chunkfuse.rechunk(era5, target, ERA5_CHUNKS)
+    np.testing.assert_array_equal(zarr.open_array(str(target), mode="r")[...], other)
+    # A group is refused as well, and an overwrite replaces either, group by array.
+    chunkfuse.rechunk(era5, target, ERA5_CHUNKS, overwrite=True)
+    xr.testing.assert_identical(open_quietly(target), xr.open_zarr(era5).load())
+    with pytest.raises(ValueError, match="the target already holds a Zarr group"):
+        chunkfuse.rechunk(tmp_path / "src.zarr", target, (6, 4))
+    chunkfuse.rechunk(tmp_path / "src.zarr", target, (6, 4), overwrite=True)
+    out = zarr.open_array(str(target), mode="r")
+    np.testing.assert_array_equal(out[...], a)
+    assert not (target / "t2m").exists()
+
+
+# ---------------------------------------------------------------------------------------------
 # Killed midway, then run again
 # ---------------------------------------------------------------------------------------------
 
@@ -202,11 +355,14 @@ def test_killed_rechunk_leaves_whole_chunks_and_resumes(
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
     np.testing.assert_array_equal(read_zarr(target), a)
     assert_no_partial_files(target)
-    assert not (target / ".chunkfuse-job").exists()
+    assert "chunkfuse" not in zarr.open_array(str(target), mode="r").attrs
     assert not work.exists() or not any(work.iterdir()), list(work.iterdir())
 
-    # A finished job run again starts over (no marker), and --fresh always does.
-    summary = cli(*args, "--json").json()
+    # A finished job's target is not replaced when the job runs again, unless asked to; it
+    # then starts over.
+    refused = cli(*args, "--json", expect_rc=2)
+    assert f'in store "{target}": the target already holds a Zarr array' in refused.stderr
+    summary = cli(*args, "--overwrite", "--json").json()
     assert not any("resumed" in s for s in summary["stages"])
 
 
@@ -225,12 +381,12 @@ def test_rechunk_api_resumes_a_killed_cli_job(
     )
     assert any("resumed" in s for s in summary["stages"]), summary["stages"]
     np.testing.assert_array_equal(read_zarr(target), a)
-    summary = chunkfuse.rechunk(src, target, (64, 16, 16), resume=False)
+    summary = chunkfuse.rechunk(src, target, (64, 16, 16), resume=False, overwrite=True)
     assert not any("resumed" in s for s in summary["stages"])
     np.testing.assert_array_equal(read_zarr(target), a)
 
 
-def test_a_different_job_on_the_same_target_starts_over(
+def test_a_different_job_on_the_same_target_is_refused_or_starts_over(
     cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path]
 ) -> None:
     a, src = source
@@ -240,7 +396,11 @@ def test_a_different_job_on_the_same_target_starts_over(
         ["rechunk", str(src), str(target), "--chunks", "64,16,16", "--max-mem", "256MB"],
         target,
     )
-    summary = chunkfuse.rechunk(src, target, (32, 32, 32), max_mem="256MB")
+    written = target_chunk_files(target)
+    with pytest.raises(ValueError, match="that another job left unfinished; pass overwrite"):
+        chunkfuse.rechunk(src, target, (32, 32, 32), max_mem="256MB")
+    assert target_chunk_files(target) == written
+    summary = chunkfuse.rechunk(src, target, (32, 32, 32), max_mem="256MB", overwrite=True)
     assert not any("resumed" in s for s in summary["stages"])
     out = zarr.open_array(str(target), mode="r")
     assert tuple(out.chunks) == (32, 32, 32)
@@ -316,3 +476,51 @@ def test_killed_streamed_rechunk_leaves_whole_chunks_and_resumes(
     assert any("resumed: 1 of 2" in s for s in summary["stages"]), summary["stages"]
     np.testing.assert_array_equal(read_zarr(target), a)
     assert_no_partial_files(target)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part")
+def test_a_killed_job_leaves_its_targets_marked_and_the_rerun_unmarks_them(
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path]
+) -> None:
+    """What a killed job left is marked unfinished where zarr-python and xarray users see it:
+    the `chunkfuse` attribute of each target array and of the target group. The rerun
+    resumes and removes the marks."""
+    a, _ = source
+    src = tmp_path / "ds.zarr"
+    ds = xr.Dataset(
+        {"x": (("time", "latitude", "longitude"), a, {"units": "K"})},
+        coords={"time": np.arange(a.shape[0]), "latitude": np.arange(a.shape[1])},
+        attrs={"title": "killed"},
+    )
+    ds.to_zarr(src, encoding={"x": {"chunks": (1, 256, 256)}}, zarr_format=3, consolidated=True)
+    target = tmp_path / "dst.zarr"
+    args = ["rechunk", str(src), str(target), "--chunks", "time=-1,latitude=16,longitude=16"]
+    kill_midway(cli, [*args, "--max-mem", "256MB"], target / "x")
+    marker = zarr.open_array(str(target / "x"), mode="r").attrs["chunkfuse"]
+    assert marker["incomplete"] is True and isinstance(marker["job"], str), marker
+    left = xr.open_zarr(target, consolidated=False)
+    assert left.attrs["chunkfuse"] == marker and left.attrs["title"] == "killed"
+    assert left["x"].attrs["chunkfuse"] == marker
+
+    summary = cli(*args, "--json").json()
+    assert any("resumed" in s for s in summary["stages"]), summary["stages"]
+    got = open_quietly(target)
+    xr.testing.assert_identical(got, xr.open_zarr(src).load())
+    assert "chunkfuse" not in got.attrs and "chunkfuse" not in got["x"].attrs
+    assert got["x"].encoding["chunks"] == (a.shape[0], 16, 16)
+
+
+def test_a_killed_fresh_job_is_marked_and_its_rerun_is_not_refused(
+    cli: Cli, tmp_path: Path, source: tuple[np.ndarray, Path]
+) -> None:
+    """A job run with --fresh (which starts over rather than resume) still marks a target it
+    may not overwrite, so that running it again is not refused as someone else's array."""
+    a, src = source
+    target = tmp_path / "dst.zarr"
+    args = ["rechunk", str(src), str(target), "--chunks", "64,16,16", "--fresh"]
+    kill_midway(cli, [*args, "--max-mem", "256MB"], target)
+    assert zarr.open_array(str(target), mode="r").attrs["chunkfuse"]["incomplete"] is True
+    summary = cli(*args, "--json").json()
+    assert not any("resumed" in s for s in summary["stages"]), summary["stages"]
+    np.testing.assert_array_equal(read_zarr(target), a)
+    assert "chunkfuse" not in zarr.open_array(str(target), mode="r").attrs
