@@ -395,14 +395,19 @@ def test_create_arrays_leaves_what_the_engine_writes_or_fuses_away(
     assert zarr_arrays_under(spec.work_dir) == {y.name}
 
 
-def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(tmp_path: Path, spec: Any) -> None:
-    """With a budget no engine task fits, the ops run as Cubed planned them; the arrays
-    create-arrays left for the engine are created first."""
+def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(tmp_path: Path) -> None:
+    """With a budget from Cubed's spec that no engine task fits, the ops run as Cubed planned
+    them (each task within allowed_mem); the arrays create-arrays left for the engine are
+    created first. An explicit max_mem no task fits is refused instead."""
     a = np.random.default_rng(3).random((32, 24))
-    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (8, 6)), spec=spec)
-    executor = RustExecutor(max_mem=64)
-    got = xp.mean((x + 1) * 2, axis=0).compute(executor=executor)
-    np.testing.assert_allclose(got, np.mean((a + 1) * 2, axis=0))
+    # Just what Cubed's own tasks need (1.6 KB), less than the engine's write of -x.
+    small = cubed.Spec(work_dir=str(tmp_path / "work"), allowed_mem=1600, reserved_mem=0)
+    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (8, 6)), spec=small)
+    with pytest.raises(MemoryError, match=r"needs .* tasks is 56 B \(of --max-mem 64 B\)"):
+        xp.mean((x + 1) * 2, axis=0).compute(executor=RustExecutor(max_mem=64))
+    executor = RustExecutor(max_workers=1)
+    got = xp.negative(x).compute(executor=executor)
+    np.testing.assert_array_equal(got, -a)
     stats = executor.last_stats
     assert stats.engine_runs == 0 and stats.python_tasks > 0
     assert all("do not fit" in reason for reason in stats.python_ops.values())

@@ -15,6 +15,7 @@ from typing import Any
 from chunkfuse import _engine, iomode
 from chunkfuse.iomode import io_mode, set_io, set_io_timeouts
 from chunkfuse.reading import ArrayReader, read, read_windows
+from chunkfuse.sizes import budget_bytes
 
 __all__ = [
     "ArrayReader",
@@ -50,7 +51,7 @@ def run_plan(
     plan: str | Mapping[str, Any],
     params: Mapping[str, str] | None = None,
     *,
-    max_mem: int | None = None,
+    max_mem: int | str | None = None,
     threads: int = 0,
     work_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -69,11 +70,17 @@ def run_plan(
     where fused elementwise programs run: "cpu", "cuda" (an NVIDIA GPU; an error naming why
     when none can be used) or "auto" (the GPU when present); reductions, FFTs and codecs run
     on the CPU. The summary's `device` and `gpu_blocks` say where they ran.
+
+    `max_mem` is the memory budget: bytes, or text such as "1GB" or "512MiB" (a quarter of
+    the available memory by default). Peak RSS stays within it plus a fixed baseline (see
+    the README's memory paragraph); a budget too small for one task raises MemoryError
+    naming the task, the bytes it needs and the budget, before anything is written.
     """
     iomode.apply(io)
     text = plan if isinstance(plan, str) else json.dumps(plan)
+    budget = budget_bytes(max_mem, "max_mem")
     summary = _engine.run_plan(
-        text, dict(params or {}), max_mem, threads, work_dir, progress, resume, device
+        text, dict(params or {}), budget, threads, work_dir, progress, resume, device
     )
     return json.loads(summary)
 

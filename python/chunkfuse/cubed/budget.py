@@ -10,6 +10,8 @@ import networkx as nx
 import psutil
 from cubed.spec import Spec
 
+from chunkfuse.sizes import budget_bytes
+
 log = logging.getLogger("chunkfuse.cubed")
 
 #: Engine budget when Cubed's spec gives none (Cubed's own default allowed_mem is 2 GB).
@@ -22,24 +24,30 @@ MIN_ENGINE_BUDGET = 256_000_000
 
 @dataclass(frozen=True)
 class Budget:
-    """The engine budget to plan with, and the most it may grow to when a task needs more."""
+    """The engine budget to plan with, and the most it may grow to when a task needs more.
+
+    `explicit` when the user gave the number (`max_mem`): a task too large for it is refused
+    (MemoryError), never run with more memory nor handed to Python."""
 
     budget: int
     ceiling: int
+    explicit: bool = False
 
 
 def engine_budget(spec: Spec | None, workers: int, max_mem: Any, dag: nx.MultiDiGraph) -> Budget:
     """The engine's budget; refuses a budget the machine cannot hold (as Cubed's executors do)."""
     total = psutil.virtual_memory().total
-    if max_mem is not None:
-        budget = int(max_mem)
+    budget = budget_bytes(max_mem, "RustExecutor: max_mem")
+    if budget is not None:
         if budget > total:
             raise ValueError(
                 f"RustExecutor: max_mem ({budget}) is more than the machine's memory ({total})"
             )
-        return Budget(budget, budget)
-    allowed = getattr(spec, "allowed_mem", None) or DEFAULT_ALLOWED_MEM
-    reserved = getattr(spec, "reserved_mem", None) or 0
+        return Budget(budget, budget, explicit=True)
+    # Cubed's Spec parses its own text ("2GB"); these are bytes, or text all the same.
+    allowed = budget_bytes(getattr(spec, "allowed_mem", None), "allowed_mem")
+    allowed = allowed or DEFAULT_ALLOWED_MEM
+    reserved = budget_bytes(getattr(spec, "reserved_mem", None) or None, "reserved_mem") or 0
     if allowed * workers > total:
         raise ValueError(
             f"Total memory on machine ({total}) is less than allowed_mem * max_workers "
@@ -59,12 +67,13 @@ def engine_budget(spec: Spec | None, workers: int, max_mem: Any, dag: nx.MultiDi
 
 
 def engine_call(budget: Budget, call: Any) -> Any:
-    """`call(max_mem)` with the budget; again with the ceiling if a task did not fit (the
-    engine checks every task before it writes anything)."""
+    """`call(max_mem)` with the budget; again with the ceiling (never more than the user
+    allowed) if a task did not fit (the engine checks every task before it writes anything).
+    A budget the user gave explicitly is never raised."""
     try:
         return call(budget.budget)
     except MemoryError:
-        if budget.budget >= budget.ceiling:
+        if budget.explicit or budget.budget >= budget.ceiling:
             raise
         log.info("a task needs more than %d bytes; planning with %d", budget.budget, budget.ceiling)
         return call(budget.ceiling)

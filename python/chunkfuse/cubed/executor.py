@@ -50,15 +50,20 @@ class RustExecutor(DagExecutor):
     """Runs Cubed plans on the chunkfuse engine.
 
     Options (here or as `compute(...)` keywords): `max_workers` (compute threads; default all
-    cores), `max_mem` (the engine's memory budget in bytes), `device` (where fused elementwise
-    programs run: `"cpu"`, the default; `"cuda"`, an NVIDIA GPU, an error naming why when none
-    can be used; `"auto"`, the GPU when present; reductions, FFTs and codecs run on the CPU),
+    cores), `max_mem` (the engine's memory budget: bytes, or text such as `"1GB"` or
+    `"512MiB"` as Cubed's `allowed_mem` is written; a task too large for it raises
+    MemoryError naming the task, the bytes it needs and the budget), `device` (where fused
+    elementwise programs run: `"cpu"`, the default; `"cuda"`, an NVIDIA GPU, an error naming
+    why when none can be used; `"auto"`, the GPU when present; reductions, FFTs and codecs run
+    on the CPU),
     `io` (how local files are read: `"auto"`, `"uring"` or `"pread"`; see `chunkfuse.set_io`).
 
     Without `max_mem` the budget follows Cubed's memory model: `max_workers` times the largest
     `projected_mem − reserved_mem` of the plan's ops (what Cubed's own executors let run at
     once), at least 256 MB, and never more than `max_workers × (allowed_mem − reserved_mem)`;
-    if a task needs more than that, the run is planned again with the whole allowance.
+    if a task needs more than that, the run is planned again with the whole allowance, and
+    beyond it Cubed's own tasks run (each within `allowed_mem`). Peak RSS stays within the
+    budget plus a fixed baseline (see the README's memory paragraph).
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -216,6 +221,9 @@ class _Run:
                     ),
                 )
             except MemoryError as e:
+                if self.max_mem.explicit:
+                    # The user's max_mem is a promise: refused, not exceeded in Python.
+                    raise
                 # The engine checks every task before it writes anything: run the ops as Cubed
                 # planned them (each task within allowed_mem), one after the other.
                 self._run_in_python(ops, f"the engine's tasks do not fit the budget: {e}")

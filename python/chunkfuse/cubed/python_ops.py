@@ -41,7 +41,9 @@ def run_python_op(
             n = engine_ops.run(name, node, prepared, callbacks, max_workers, max_mem, work_dir)
             return n, True
         except MemoryError:
-            pass  # checked before any chunk is written: Cubed's tasks fit allowed_mem
+            if getattr(max_mem, "explicit", False):
+                raise  # the user's max_mem is refused, not exceeded
+            # Checked before any chunk is written: Cubed's tasks fit allowed_mem.
 
     return _run_cubed_tasks(name, node, items, callbacks, max_workers), False
 

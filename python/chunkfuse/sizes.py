@@ -1,0 +1,29 @@
+"""Memory budgets as bytes or as text, as Cubed writes them (``"1GB"``, ``"512MiB"``)."""
+
+from __future__ import annotations
+
+import numbers
+
+from chunkfuse import _engine
+
+
+def budget_bytes(value: int | str | None, name: str = "max_mem") -> int | None:
+    """Bytes in ``value``: an integer, or text such as ``"1GB"`` (decimal units: KB, MB, GB,
+    powers of 1000), ``"512MiB"`` (binary: KiB, MiB, GiB, and the bare K, M, G, powers of
+    1024) or ``"1000000"``; None stays None. Bad values raise ValueError (TypeError for a
+    value of another type) naming the argument ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return int(_engine.parse_bytes(value))
+        except ValueError as e:
+            raise ValueError(f"{name}: {e}") from None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value < 1:
+            raise ValueError(f"{name} must be at least one byte, got {value}")
+        return int(value)
+    raise TypeError(
+        f"{name} must be a number of bytes or text such as '1GB' or '512MiB', "
+        f"got {type(value).__name__} {value!r}"
+    )
