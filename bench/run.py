@@ -20,7 +20,8 @@ and tensorstore where importable. Then, if cubed is importable, the Cubed sectio
 code with RustExecutor and with Cubed's threads executor, next to each op's codec floor. The
 sum also runs as the same Dask code with scheduler=chunkfuse.dask.get, and
 bench/dask_overhead.py times 100,000 trivial Python tasks on both Dask schedulers, and
-bench/xarray_dask.py xarray's reductions of the array opened with xr.open_zarr. Every
+bench/xarray_dask.py xarray's reductions of the array opened with xr.open_zarr, and
+bench/many_chunks.py roll, concatenate and fftshift over 730 one-step chunks and a tiny get. Every
 measurement is its own child process; its peak RSS is that child's ru_maxrss (os.wait4, through
 scripts/rss_exec.py). Results are cross-checked between tools.
 
@@ -816,6 +817,12 @@ def main(argv: list[str] | None = None) -> int:
 
         print("xarray on dask:", file=sys.stderr)
         lines = xarray_lines(source, Path(args.data), args.threads, args.repeat)
+        report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
+        # Many small chunks and a tiny get's fixed cost (bench/many_chunks.py).
+        from many_chunks import many_chunk_lines
+
+        print("many small chunks:", file=sys.stderr)
+        lines = many_chunk_lines(Path(args.data), 730, args.threads, args.repeat)
         report.write_text(report.read_text().rstrip("\n") + "\n\n" + "\n".join(lines))
     storage_failed: list[str] = []
     if "storage" not in skip:

@@ -5,16 +5,50 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from dask._task_spec import convert_legacy_graph
+from dask._task_spec import Alias, DataNode, Task, convert_legacy_graph
 from dask.core import flatten
 
 
 def as_task_graph(dsk: Any) -> dict[Hashable, Any]:
     """The graph of an expression, HighLevelGraph or legacy dict, as task-spec nodes
-    (``Task``, ``DataNode``, ``Alias``), the form ``compute`` would run."""
+    (``Task``, ``DataNode``, ``Alias``), the form ``compute`` would run, with Dask's
+    identity wrappers taken off (see `unwrapped`)."""
     if not isinstance(dsk, Mapping):
         dsk = dsk.__dask_graph__()
-    return convert_legacy_graph(dsk)
+    graph = convert_legacy_graph(dsk)
+    identity = _identity()
+    if identity is None:
+        return graph
+    for key, node in graph.items():
+        if type(node) is Task and node.func is identity:
+            graph[key] = unwrapped(node)
+    return graph
+
+
+def _identity() -> Any:
+    """The function of Dask's `ProhibitReuse` wrappers (None in a Dask without them)."""
+    from dask import _expr
+
+    return getattr(getattr(_expr, "ProhibitReuse", None), "_identity", None)
+
+
+def unwrapped(node: Task) -> Any:
+    """The node `_identity(node')` stands for: `node'` under the outer key.
+
+    A collection handed to ``dask.delayed`` (xarray's ``to_zarr(compute=False)`` of one
+    variable: its delayed closing of the store takes the stores' array) goes through Dask's
+    ``ProhibitReuse``, which renames every key of its graph and wraps each node, the stored
+    arrays' data nodes included, in a task calling an identity function on it."""
+    if len(node.args) != 1 or node.kwargs:
+        return node
+    (inner,) = node.args
+    if isinstance(inner, DataNode):
+        return DataNode(node.key, inner.value)
+    if isinstance(inner, Alias):
+        return Alias(node.key, inner.target)
+    if isinstance(inner, Task):
+        return inner.substitute({}, key=node.key)
+    return node
 
 
 def check_keys(

@@ -19,6 +19,8 @@ from typing import Any
 
 from dask._task_spec import DataNode, GraphNode
 
+from .stats import GetStats
+
 
 def _is_task(x: Any) -> bool:
     return type(x) is tuple and bool(x) and callable(x[0])
@@ -182,13 +184,21 @@ def run_lean(
     wanted: list[Hashable],
     cache: dict[Hashable, Any],
     workers: int,
-) -> int:
-    """Computes `wanted` into `cache` on `workers` threads; returns how many tasks ran.
-    Raises the first task exception (with a note naming its key)."""
+    stats: GetStats,
+) -> None:
+    """Computes `wanted` into `cache` on `workers` threads, counting the tasks that ran in
+    `stats`. Raises the first task exception (with a note naming its key)."""
     run = LeanRun(graph, wanted, cache)
     run.workers = workers
-    run_workers(lambda _worker: run.work(), min(workers, max(1, len(run.deps))), lambda: run.error)
-    return run.ran
+    try:
+        run_workers(
+            lambda _worker: run.work(), min(workers, max(1, len(run.deps))), lambda: run.error
+        )
+    finally:
+        stats.tasks += run.ran
+        stats.python_tasks += run.ran
+        if run.error is not None:
+            stats.failed.append(run.error[0])
 
 
 def run_workers(

@@ -12,6 +12,7 @@ into their target arrays. Everything else runs its Python callable.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import tempfile
 from collections.abc import Callable, Hashable, Mapping
@@ -30,6 +31,7 @@ from chunkfuse.selection import as_slice, even_runs
 from chunkfuse.stored import wraps_stored_array
 from chunkfuse.urls import zarr_array_url
 
+from .direct import direct_reads, read_directly
 from .joins import JoinBuilder, find_joins
 from .reductions import REDUCERS, ReductionSteps, dask_steps
 from .symbols import (
@@ -48,7 +50,7 @@ from .symbols import (
     in_grid_order,
     is_hashable,
     nones,
-    unit_box,
+    store_box,
     unwrap,
     with_values,
 )
@@ -180,9 +182,14 @@ class Interpreter(ReductionSteps):
         for k, d in zip(inkeys, deps, strict=True):
             if isinstance(d, TaskRef) and d.key in env:
                 local[k] = env[d.key]
+            elif isinstance(d, DataNode):
+                try:
+                    local[k] = self.node(d, env)
+                except NotNative:
+                    continue  # the steps reading it run in Python
         done: dict[Hashable, Any] = {}
         python: set[Hashable] = set()
-        for k in _topological(inner):
+        for k in topological(inner):
             node = inner[k]
             if any(d in python or (d not in local and d not in inner) for d in node.dependencies):
                 python.add(k)
@@ -610,11 +617,11 @@ class Interpreter(ReductionSteps):
         return self._select(Blk(self._memo[key], tuple((0, n) for n in shape)), index)
 
     def _store(self, args: list[Any], kwargs: dict[str, Any]) -> Store:
-        x, out, index = (args + [None, None, None])[:3]
-        out = kwargs.get("out", out)
-        index = kwargs.get("index", index)
-        if kwargs.get("region") is not None or kwargs.get("return_stored"):
-            raise NotNative("store with a region or returning what it stored")
+        names = ("x", "out", "index", "region", "lock", "return_stored", "load_stored")
+        given = dict(zip(names, args, strict=False)) | kwargs
+        x, out, index = given.get("x"), given.get("out"), given.get("index")
+        if given.get("return_stored"):
+            raise NotNative("store returning what it stored")
         if isinstance(out, Src):
             out = out.array
         if isinstance(x, Red):
@@ -625,7 +632,7 @@ class Interpreter(ReductionSteps):
         if url is None or out.shards is not None:
             raise NotNative("store into a sharded array or one off local disk")
         shape = tuple(out.shape)
-        box = unit_box(index, shape)
+        box = store_box(index, given.get("region"), shape)
         if [b - a for a, b in box] != [b - a for a, b in x.region]:
             raise NotNative("store of a block into a box of another shape")
         full = x.full
@@ -943,7 +950,7 @@ def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hasha
 def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
     symbols: dict[Hashable, Any] = {}
     failed: set[Hashable] = set()
-    for key in _topological(graph):
+    for key in topological(graph):
         node = graph[key]
         if any(d in failed for d in node.dependencies):
             failed.add(key)
@@ -1002,7 +1009,8 @@ def unlit(value: Any) -> Any:
     return value.value if isinstance(value, Lit) else value
 
 
-def _topological(graph: Mapping[Hashable, Any]) -> list[Hashable]:
+def topological(graph: Mapping[Hashable, Any]) -> list[Hashable]:
+    """The keys of a task-spec graph, each after its dependencies."""
     order: list[Hashable] = []
     state: dict[Hashable, int] = {}
     for start in graph:
@@ -1069,14 +1077,19 @@ def run_native(
     max_mem: int | None,
     threads: int,
     device: str = "cpu",
+    on_start: Callable[[set[Hashable]], None] | None = None,
 ) -> NativePart | None:
     """Computes the graph's native part with the engine (fused elementwise programs on
-    `device`); None when nothing is native."""
+    `device`); None when nothing is native. `on_start` is called with the keys the engine
+    covers just before it runs."""
     if not has_zarr_arrays(graph):
         return None
     interp = Interpreter()
     symbols = symbols_of(graph, interp)
-    if not any(isinstance(s, Blk | Red | Store | Stored) for s in symbols.values()):
+    _demote_partial_stores(graph, symbols, interp)
+    if not interp.mixed and not any(
+        isinstance(s, Blk | Red | Store | Stored) for s in symbols.values()
+    ):
         return None
     # A fused task with native first steps, rebuilt with their values (placeholders until
     # the engine has run): it no longer depends on what only those steps read.
@@ -1105,17 +1118,88 @@ def run_native(
     todo: dict[Hashable, Any] = {k: symbols[k] for k in roots}
     for k, prefix in interp.mixed.items():
         todo.update({_InnerKey(k, i): sym for i, sym in prefix.items()})
-    with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
-        computed, gpu_blocks = _compute(interp, todo, tmp, max_mem, threads, device)
+    # Source arrays and literals stay in the graph (roots never are either): Python tasks
+    # may read them.
+    covered = {k for k, s in symbols.items() if not isinstance(s, Src | Lit)}
+    if on_start is not None:
+        on_start(covered)
+    try:
+        # Blocks of stored arrays only: read directly, with no plan run nor scratch array.
+        reads = None if interp.mixed else direct_reads(todo, interp.b)
+        if reads is not None:
+            return NativePart(read_directly(reads, threads), covered)
+        with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
+            computed, gpu_blocks = _compute(interp, todo, tmp, max_mem, threads, device)
+    except NotNative:
+        raise
+    except Exception as e:
+        example = next(iter(sorted(roots, key=repr)), None)
+        e.add_note(
+            f"chunkfuse.dask: raised by the engine's run of {len(covered)} tasks"
+            + (f" (among them the task with key {example!r})" if example is not None else "")
+        )
+        raise
     values = {k: v for k, v in computed.items() if not isinstance(k, _InnerKey)}
     tasks = {
         k: _with_inner_values(graph[k], {i: computed[_InnerKey(k, i)] for i in prefix})
         for k, prefix in interp.mixed.items()
     }
-    # Source arrays and literals stay in the graph (roots never are either): Python tasks
-    # may read them.
-    covered = {k for k, s in symbols.items() if not isinstance(s, Src | Lit)}
     return NativePart(values, covered, gpu_blocks, tasks)
+
+
+def _stores_of(sym: Symbol) -> tuple[Store, ...]:
+    """The writes a symbol stands for."""
+    if isinstance(sym, Store):
+        return (sym,)
+    if isinstance(sym, Stored):
+        return sym.stores
+    return ()
+
+
+def _demote_partial_stores(
+    graph: Mapping[Hashable, Any], symbols: dict[Hashable, Symbol], interp: Interpreter
+) -> None:
+    """Takes out of `symbols` the stores into targets that the graph's stores do not cover
+    whole, or tile in no way the engine can join (xarray's `region=` and `append_dim` writes,
+    `da.store(..., regions=...)`), and every symbol that reads one: the engine writes whole
+    arrays, so those stores run Dask's `load_store_chunk` in Python. What they store is still
+    computed by the engine (a fused store task keeps its native steps, as `native_prefix`
+    finds them)."""
+    by_url: dict[str, dict[Region, Store]] = {}
+    for sym in symbols.values():
+        for st in _stores_of(sym):
+            by_url.setdefault(st.url, {})[st.box] = st
+    partial: set[str] = set()
+    for url, boxes in by_url.items():
+        parts = list(boxes.values())
+        covered = sum(math.prod(b - a for a, b in p.box) for p in parts)
+        try:
+            if covered != math.prod(parts[0].shape):
+                raise NotNative("stores that do not cover their target")
+            interp.stored_array(parts)
+        except NotNative:
+            partial.add(url)
+    if not partial:
+        return
+    demoted = {k for k, s in symbols.items() if any(st.url in partial for st in _stores_of(s))}
+    dependents: dict[Hashable, list[Hashable]] = {}
+    for k, node in graph.items():
+        for d in node.dependencies:
+            dependents.setdefault(d, []).append(k)
+    stack = list(demoted)
+    while stack:
+        for d in dependents.get(stack.pop(), ()):
+            if d in symbols and d not in demoted:
+                demoted.add(d)
+                stack.append(d)
+    for k in demoted:
+        del symbols[k]
+    for k in demoted:
+        node = graph[k]
+        if isinstance(node, Task):
+            prefix = interp.native_prefix(node, symbols)
+            if prefix:
+                interp.mixed[k] = prefix
 
 
 @dataclass(frozen=True)
@@ -1128,8 +1212,12 @@ class _InnerKey:
 
 def _with_inner_values(task: Task, values: dict[Hashable, Any]) -> Task:
     """Fused `task` with the inner steps in `values` replaced by their values, and without
-    the dependencies that only those steps read."""
-    inner, outkey, _, *_ = task.args
+    the dependencies that only those steps read.
+
+    The subgraph's steps name its inputs by inner keys (Blockwise's ``__dask_blockwise__N``
+    tokens), each bound to one of the task's outer arguments (a reference to another key, or
+    data such as a store's target array); the rebuilt task keeps the pairs still read."""
+    inner, outkey, inkeys, *deps = task.args
     replaced = {k: (DataNode(k, values[k]) if k in values else n) for k, n in inner.items()}
     # Only the steps the output still needs: a replaced step's own inputs drop out.
     nodes: dict[Hashable, Any] = {}
@@ -1140,9 +1228,15 @@ def _with_inner_values(task: Task, values: dict[Hashable, Any]) -> Task:
             continue
         nodes[k] = replaced[k]
         stack.extend(nodes[k].dependencies)
-    used = sorted({d for n in nodes.values() for d in n.dependencies if d not in nodes}, key=repr)
+    read = {d for n in nodes.values() for d in n.dependencies if d not in nodes}
+    pairs = [(k, d) for k, d in zip(inkeys, deps, strict=True) if k in read]
     return Task(
-        task.key, _execute_subgraph, nodes, outkey, tuple(used), *(TaskRef(k) for k in used)
+        task.key,
+        _execute_subgraph,
+        nodes,
+        outkey,
+        tuple(k for k, _ in pairs),
+        *(d for _, d in pairs),
     )
 
 
@@ -1173,10 +1267,8 @@ def _compute(
         scratch[root] = (full, url)
         writes.append((full, url, _scratch_chunks(full), {"name": "none"}, None))
     for url, parts in stores.items():
+        # Each target's stores cover it whole (`_demote_partial_stores`).
         shape = parts[0].shape
-        covered = sum(int(np.prod([b2 - a for a, b2 in p.box])) for p in parts)
-        if covered != int(np.prod(shape)):
-            raise NotNative("stores that do not cover their target")
         whole = interp.stored_array(parts)
         full = whole.full
         if whole.region != tuple((0, n) for n in full.shape):

@@ -136,6 +136,20 @@ def unit_box(index: Any, shape: tuple[int, ...]) -> Region:
     return tuple(out)
 
 
+def store_box(index: Any, region: Any, shape: tuple[int, ...]) -> Region:
+    """The box of an array of `shape` that Dask's `load_store_chunk` writes: `index` within
+    `region` (`out[region][index]`; the whole array when `region` is empty), both tuples of
+    unit-step slices."""
+    if not region:
+        return unit_box(index, shape)
+    if not isinstance(region, tuple) or len(region) > len(shape):
+        raise NotNative("a store region that is not a tuple of slices")
+    # Axes the region leaves out are whole, as numpy indexes them.
+    outer = unit_box(region + (slice(None),) * (len(shape) - len(region)), shape)
+    inner = unit_box(index, tuple(b - a for a, b in outer))
+    return tuple((a + lo, a + hi) for (a, _), (lo, hi) in zip(outer, inner, strict=True))
+
+
 def bounding(regions: list[Region]) -> Region:
     """The box the regions tile exactly; NotNative when they do not."""
     box = tuple(

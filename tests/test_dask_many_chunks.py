@@ -1,0 +1,135 @@
+"""Dask graphs over many small chunks under `chunkfuse.dask.get`: `da.roll`, `da.concatenate`
+of slices and `fftshift` give Dask's values and run in an engine plan whose stages do not grow
+with the number of chunks; a small selection of a stored array is read without a plan run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import chunkfuse
+import chunkfuse.dask
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from conftest import Cli, read_zarr
+
+Graph = Callable[[da.Array], da.Array]
+
+GRAPHS: dict[str, Graph] = {
+    "roll": lambda x: da.roll(x, 5, axis=2),
+    "roll_mean": lambda x: da.roll(x, -7, axis=2).mean(axis=0),
+    "concat_of_slices": lambda x: da.concatenate([x[:, :, 6:], x[:, :, :6]], axis=2),
+    "concat_of_slices_sum": lambda x: da.concatenate([x[:, :, 4:], x[:, :, :4]], axis=2).sum(
+        axis=0
+    ),
+    "fftshift": lambda x: da.fft.fftshift(x, axes=2),
+    "ifftshift_mean": lambda x: da.fft.ifftshift(x, axes=(2,)).mean(axis=0),
+    "roll_lat": lambda x: da.roll(x, 3, axis=1) * 2.0,
+    "concat_along_time": lambda x: da.concatenate([x[3:], x[:3]], axis=0),
+}
+
+
+def _stored(path: Path, steps: int) -> da.Array:
+    """An ERA5-like array of `steps` one-step chunks (7 × 12 each), opened with from_zarr."""
+    rng = np.random.default_rng(steps)
+    values = rng.standard_normal((steps, 7, 12)).astype("float32")
+    arr = zarr.create_array(str(path), shape=values.shape, chunks=(1, 7, 12), dtype="float32")
+    arr[...] = values
+    return da.from_zarr(str(path))
+
+
+def _runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The run summaries of every engine plan run from now on."""
+    runs: list[dict[str, Any]] = []
+    run_plan = chunkfuse.run_plan
+
+    def recorded(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        summary = run_plan(*args, **kwargs)
+        runs.append(summary)
+        return summary
+
+    monkeypatch.setattr(chunkfuse, "run_plan", recorded)
+    return runs
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_many_chunk_graphs_give_dasks_values_in_stages_that_do_not_grow(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = _runs(monkeypatch)
+    stages = []
+    for steps in (12, 48):
+        x = _stored(tmp_path / f"t{steps}.zarr", steps)
+        y = GRAPHS[name](x)
+        expected = y.compute(scheduler="threads")
+        runs.clear()
+        got = y.compute(scheduler=chunkfuse.dask.get)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        stats = chunkfuse.dask.last_stats()
+        assert stats is not None and stats.python_tasks == 0, stats
+        assert len(runs) == 1
+        stages.append(runs[0]["stages"])
+    # The same stages (no intermediate per block) for 12 and for 48 chunks.
+    assert len(stages[0]) == len(stages[1]) <= 2, stages
+
+
+def test_a_small_selection_of_a_stored_array_needs_no_plan_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = _stored(tmp_path / "t.zarr", 20)
+    values = zarr.open_array(str(tmp_path / "t.zarr"))[...]
+    runs = _runs(monkeypatch)
+    selections: list[Any] = [
+        np.s_[5, :3, :4],
+        np.s_[2:9, 1:6:2],
+        np.s_[::-3, -2:, 10:1:-4],
+        np.s_[:, 4, 7],
+        np.s_[7, 6, 11],
+    ]
+    for sel in selections:
+        got = x[sel].compute(scheduler=chunkfuse.dask.get)
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, values[sel])
+        stats = chunkfuse.dask.last_stats()
+        assert stats is not None and stats.python_tasks == 0, stats
+    assert runs == []
+    with dask.config.set(scheduler=chunkfuse.dask.get):
+        # Anything computed still runs a plan.
+        np.testing.assert_allclose((x[5, :3, :4] + 1).compute(), values[5, :3, :4] + 1, rtol=1e-6)
+    assert len(runs) == 1
+
+
+def _blockwise_roll_plan(src: Path, steps: int, shift: int, out: Path) -> dict[str, Any]:
+    """The plan Dask's `roll` of a one-step-chunked array along its last axis becomes: per
+    step, the two slices joined, then the steps joined along time."""
+    ops: list[dict[str, Any]] = []
+    for t in range(steps):
+        step = [t, t + 1, 1]
+        right = {"op": "slice", "input": "x", "selection": [step, None, [shift, None, 1]]}
+        left = {"op": "slice", "input": "x", "selection": [step, None, [0, shift, 1]]}
+        ops += [
+            {"id": f"a{t}", **right},
+            {"id": f"b{t}", **left},
+            {"id": f"c{t}", "op": "concat", "inputs": [f"a{t}", f"b{t}"], "axis": 2},
+        ]
+    ops.append({"id": "all", "op": "concat", "inputs": [f"c{t}" for t in range(steps)]})
+    ops.append({"id": "w", "op": "write", "input": "all", "target": str(out)})
+    return {"arrays": [{"id": "x", "zarr": str(src)}], "ops": ops}
+
+
+def test_a_join_of_per_step_joins_runs_in_one_stage(cli: Cli, tmp_path: Path) -> None:
+    stages = []
+    for steps in (10, 40):
+        values = np.random.default_rng(steps).standard_normal((steps, 4, 6)).astype("float32")
+        src = tmp_path / f"x{steps}.zarr"
+        zarr.create_array(str(src), data=values, chunks=(1, 4, 6))
+        out = tmp_path / f"out{steps}.zarr"
+        summary = cli.run_plan(_blockwise_roll_plan(src, steps, 4, out), threads=2)
+        np.testing.assert_array_equal(read_zarr(out), np.roll(values, -4, axis=2))
+        stages.append(summary["stages"])
+    # No intermediate per step: the write is the only stage, whatever the number of steps.
+    assert len(stages[0]) == len(stages[1]) == 1, stages
