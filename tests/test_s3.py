@@ -112,7 +112,7 @@ def test_an_s3_array_two_stages_read_is_fetched_once(
 ) -> None:
     """The anomaly reads x for its time mean, then again to subtract it: the first stage
     keeps the chunks it decodes for the second, so each is fetched once. Under a budget too
-    small to keep them, each is fetched twice."""
+    small to keep them all, those it cannot keep are fetched twice, none more often."""
     url, data = source
     plan = Path(__file__).resolve().parents[1] / "plans" / "era5-anomaly.json"
     want = data - data.astype("float64").mean(axis=0, keepdims=True)
@@ -128,7 +128,8 @@ def test_an_s3_array_two_stages_read_is_fetched_once(
     assert len(held) == len(set(held)) == SHAPE[0], held
     # x is 57,600 bytes: a quarter of a 200 kB budget cannot keep its chunks.
     twice = chunk_gets("200kB", "twice.zarr")
-    assert len(twice) == 2 * SHAPE[0] and len(set(twice)) == SHAPE[0], twice
+    assert SHAPE[0] < len(twice) <= 2 * SHAPE[0] and len(set(twice)) == SHAPE[0], twice
+    assert max(twice.count(p) for p in twice) == 2, twice
 
 
 def test_rechunk_s3_to_s3_under_faults(
