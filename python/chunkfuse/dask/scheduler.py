@@ -12,14 +12,13 @@ from dask.core import flatten
 
 import chunkfuse
 from chunkfuse import iomode
-from chunkfuse.cubed.symbols import NotNative
 from chunkfuse.sizes import budget_bytes
 
 from .graph import as_task_graph, check_keys
 from .lean import is_lean, run_lean
-from .native import has_zarr_arrays, run_native
+from .native import has_zarr_arrays
 from .stats import GetStats, last_stats, new_stats
-from .watched import EngineOptions, run_watched
+from .watched import EngineOptions, counted_native_part, run_watched
 
 __all__ = ["GetStats", "get", "last_stats"]
 
@@ -39,21 +38,9 @@ def _run_native_part(
 ) -> dict[Hashable, Any]:
     """Runs what the engine can of `graph`; returns the rest, with the engine's results as
     data nodes."""
-    try:
-        part = run_native(
-            graph,
-            wanted,
-            max_mem=engine.max_mem,
-            threads=engine.threads,
-            device=engine.device,
-        )
-    except NotNative:
-        return graph
+    part = counted_native_part(graph, wanted, stats, engine)
     if part is None:
         return graph
-    stats.native_tasks = len(part.covered)
-    stats.gpu_blocks += part.gpu_blocks
-    stats.engine_runs += 1
     rest = {k: v for k, v in graph.items() if k not in part.covered}
     rest.update(part.tasks)
     rest.update({k: DataNode(k, v) for k, v in part.values.items()})

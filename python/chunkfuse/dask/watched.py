@@ -23,7 +23,7 @@ from dask.order import order
 from chunkfuse.cubed.symbols import NotNative
 
 from .lean import run_workers
-from .native import run_native, topological
+from .native import NativePart, run_native, topological
 from .stats import GetStats
 
 
@@ -34,6 +34,33 @@ class EngineOptions:
     max_mem: int | None
     threads: int
     device: str
+
+
+def counted_native_part(
+    graph: Mapping[Hashable, Any],
+    wanted: set[Hashable],
+    stats: GetStats,
+    engine: EngineOptions,
+    on_start: Callable[[set[Hashable]], None] | None = None,
+) -> NativePart | None:
+    """The engine's run of `graph`'s native part (None when nothing is native), counted in
+    `stats`."""
+    try:
+        part = run_native(
+            graph,
+            wanted,
+            max_mem=engine.max_mem,
+            threads=engine.threads,
+            device=engine.device,
+            on_start=on_start,
+        )
+    except NotNative:
+        return None
+    if part is not None:
+        stats.native_tasks = len(part.covered)
+        stats.gpu_blocks += part.gpu_blocks
+        stats.engine_runs += 1
+    return part
 
 
 class _Run:
@@ -165,22 +192,9 @@ def _run_engine(
             for f in pretask:
                 f(k, graph, s)
 
-    try:
-        part = run_native(
-            graph,
-            wanted,
-            max_mem=engine.max_mem,
-            threads=engine.threads,
-            device=engine.device,
-            on_start=starting,
-        )
-    except NotNative:
-        return graph
+    part = counted_native_part(graph, wanted, stats, engine, on_start=starting)
     if part is None:
         return graph
-    stats.native_tasks = len(part.covered)
-    stats.gpu_blocks += part.gpu_blocks
-    stats.engine_runs += 1
     covered = part.covered
     s["ready"] = [k for k in s["ready"] if k not in covered]
     for k in in_order:
