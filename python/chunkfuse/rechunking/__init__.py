@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import chunkfuse
-from chunkfuse import _engine
 from chunkfuse.rechunking.chunks import Chunks
 from chunkfuse.rechunking.plans import array_plan, group_plan
 from chunkfuse.rechunking.sources import GroupSource, resolve
+from chunkfuse.sizes import budget_bytes
 from chunkfuse.urls import engine_url
 
 __all__ = ["Chunks", "rechunk"]
@@ -85,16 +85,10 @@ def rechunk(
         plan = array_plan(src, dst, chunks, write, shards)
     return chunkfuse.run_plan(
         plan,
-        max_mem=_bytes(max_mem),
+        max_mem=budget_bytes(max_mem, "max_mem"),
         threads=threads,
         work_dir=work_dir,
         progress=progress,
         resume=resume,
         io=io,
     )
-
-
-def _bytes(max_mem: int | str | None) -> int | None:
-    if max_mem is None or isinstance(max_mem, int):
-        return max_mem
-    return _engine.parse_bytes(max_mem)
