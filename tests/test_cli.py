@@ -378,3 +378,20 @@ def test_run_device_flag(run_plan: RunPlan, tmp_path: Path) -> None:
         assert not target.exists()
     else:
         assert auto["device"].startswith("cuda: ") and auto["gpu_blocks"] > 0, auto
+
+
+def test_bad_max_mem_text_names_the_flag(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "a.zarr"
+    zarr.create_array(path, shape=(4, 4), chunks=(2, 2), dtype="float32")[...] = 1
+    result = cli(
+        "rechunk",
+        str(path),
+        str(tmp_path / "b.zarr"),
+        "--chunks",
+        "4,4",
+        "--max-mem",
+        "lots",
+        expect_rc=2,
+    )
+    assert "--max-mem" in result.stderr and "lots" in result.stderr, result.stderr
+    assert not (tmp_path / "b.zarr").exists()

@@ -181,7 +181,12 @@ fn exit_code(e: &Error) -> u8 {
 
 fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error> {
     Ok(RunOptions {
-        max_mem: common.max_mem.as_deref().map(parse_bytes).transpose()?,
+        max_mem: common
+            .max_mem
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()
+            .map_err(|e| e.with_field("--max-mem"))?,
         threads: common.threads,
         io_threads: 8,
         work_dir: common.work_dir.clone(),
