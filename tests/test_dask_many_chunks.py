@@ -30,6 +30,13 @@ GRAPHS: dict[str, Graph] = {
     "ifftshift_mean": lambda x: da.fft.ifftshift(x, axes=(2,)).mean(axis=0),
     "roll_lat": lambda x: da.roll(x, 3, axis=1) * 2.0,
     "concat_along_time": lambda x: da.concatenate([x[3:], x[:3]], axis=0),
+    # xrft's power spectrum along longitude: a ufunc applied per block of a shifted transform.
+    "xrft_spectrum_mean": lambda x: abs(da.fft.fftshift(da.fft.fft(x, axis=2), axes=2)).mean(0),
+    "fftshift_all_axes": lambda x: da.fft.fftshift(x),
+    "fftshift_all_axes_mean": lambda x: da.fft.fftshift(x).mean(axis=0),
+    "ufunc_per_slice_then_join": lambda x: da.concatenate(
+        [np.sqrt(abs(x[:, :, 6:])), np.sqrt(abs(x[:, :, :6]))], axis=2
+    ),
 }
 
 
@@ -68,7 +75,7 @@ def test_many_chunk_graphs_give_dasks_values_in_stages_that_do_not_grow(
         expected = y.compute(scheduler="threads")
         runs.clear()
         got = y.compute(scheduler=chunkfuse.dask.get)
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
         stats = chunkfuse.dask.last_stats()
         assert stats is not None and stats.python_tasks == 0, stats
         assert len(runs) == 1

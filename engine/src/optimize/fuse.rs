@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::array::{ChunkGrid, DType};
+use crate::array::{ChunkGrid, DType, Region};
 use crate::kernels::fft::{FftNorm, FftStep};
 use crate::kernels::{Inst, Program};
 use crate::plan::graph::{TExpr, View};
@@ -40,57 +40,69 @@ pub struct LeafBand {
     pub max_len: u64,
 }
 
-/// One materialized array of a joined leaf and where it starts along the joined axis.
+/// One box of a joined leaf's values and the materialized array it reads them from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConcatPart {
     /// The array.
     pub mat: MatId,
-    /// Maps the part's values' coordinates (the joined values', from the part's start along
-    /// the joined axis) to the array's; a box view (`View::is_box`): a crop, single indices,
-    /// new axes of length 1.
+    /// Maps the part's coordinates (the joined values', from the part's origin `start`) to
+    /// the array's; a box view (`View::is_box`): a crop, single indices, new axes of length 1.
     pub view: View,
-    /// Its first index along the joined axis, in the joined values.
-    pub start: u64,
-    /// Its length along that axis.
-    pub len: u64,
+    /// The part's origin in the joined values, per axis.
+    pub start: Vec<u64>,
+    /// The part's extent, per axis.
+    pub shape: Vec<u64>,
 }
 
 impl ConcatPart {
-    /// True when the part is its whole array (of shape `array_shape`) along joined axis
-    /// `axis`, read through the identity, so each chunk's region, shifted by `start`, is
-    /// where its values go. An identity view of a crop from index 0 maps coordinates alike
-    /// but is not whole: its array's chunks hold values past the part's end.
-    pub fn is_whole(&self, rank: usize, array_shape: &[u64], axis: usize) -> bool {
-        self.view.is_identity(rank) && array_shape.get(axis) == Some(&self.len)
+    /// True when the part is its whole array (of shape `array_shape`) read through the
+    /// identity, so each chunk's region, shifted by `start`, is where its values go. An
+    /// identity view of a crop from the origin maps coordinates alike but is not whole: its
+    /// array's chunks hold values past the part's end.
+    pub fn is_whole(&self, rank: usize, array_shape: &[u64]) -> bool {
+        self.view.is_identity(rank) && array_shape == self.shape.as_slice()
+    }
+
+    /// The box of `region` (in the joined values' coordinates) inside this part, in the
+    /// part's coordinates; `None` when they do not meet.
+    pub fn meets(&self, region: &Region) -> Option<Region> {
+        let mut start = Vec::with_capacity(self.start.len());
+        let mut shape = Vec::with_capacity(self.start.len());
+        for d in 0..self.start.len() {
+            let lo = region.start[d].max(self.start[d]);
+            let hi = region.end(d).min(self.start[d] + self.shape[d]);
+            if lo >= hi {
+                return None;
+            }
+            start.push(lo - self.start[d]);
+            shape.push(hi - lo);
+        }
+        Some(Region { start, shape })
     }
 }
 
-/// Materialized arrays of one dtype joined end to end along `axis` (numpy's `concatenate`):
-/// a leaf's values that are read part by part, each chunk from the array holding it.
+/// Materialized arrays of one dtype tiling a value: numpy's `concatenate`, and joins of joins
+/// along several axes (Dask's `fftshift` over several axes). A joined leaf's values are read
+/// part by part, each chunk from the array holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeafConcat {
-    /// The joined axis.
-    pub axis: usize,
     /// The joined values' shape.
     pub shape: Vec<u64>,
-    /// The parts in order; every part's other axes have the joined values' lengths.
+    /// The parts, in C order of their origins; they tile the joined values without overlap.
     pub parts: Vec<ConcatPart>,
 }
 
 impl LeafConcat {
-    /// The parts overlapping `[start, start + len)` along the joined axis, each with its
-    /// index and that range cut to the part and made relative to its start.
-    pub fn overlapping(
-        &self,
-        start: u64,
-        len: u64,
-    ) -> impl Iterator<Item = (usize, &ConcatPart, u64, u64)> + '_ {
-        let end = start + len;
-        self.parts.iter().enumerate().filter_map(move |(k, p)| {
-            let lo = start.max(p.start);
-            let hi = end.min(p.start + p.len);
-            (lo < hi).then(|| (k, p, lo - p.start, hi - lo))
-        })
+    /// The parts meeting `region`, each with its index and the box of `region` inside it in
+    /// the part's coordinates (see [`ConcatPart::meets`]).
+    pub fn overlapping<'a>(
+        &'a self,
+        region: &'a Region,
+    ) -> impl Iterator<Item = (usize, &'a ConcatPart, Region)> + 'a {
+        self.parts
+            .iter()
+            .enumerate()
+            .filter_map(move |(k, p)| Some((k, p, p.meets(region)?)))
     }
 }
 
@@ -162,23 +174,14 @@ impl Fused {
         (l.is_plain() && l.view.is_box(&self.shape)).then_some(l)
     }
 
-    /// The parts of a value that is materials joined along `axis` and read as they are.
-    pub fn concat_parts(&self, axis: usize) -> Option<&[ConcatPart]> {
-        let leaf = self.program.as_single_load()?;
-        let l = &self.leaves[leaf];
-        let c = l.concat.as_deref()?;
-        (c.axis == axis && l.view.is_identity(self.shape.len())).then_some(c.parts.as_slice())
-    }
-
-    /// The axis and parts of a value that is materials joined along that axis and read as
-    /// they are.
-    pub fn joined(&self) -> Option<(usize, &[ConcatPart])> {
+    /// The parts of a value that is materials joined and read as they are.
+    pub fn joined(&self) -> Option<&[ConcatPart]> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
         let c = l.concat.as_deref()?;
         l.view
             .is_identity(self.shape.len())
-            .then_some((c.axis, c.parts.as_slice()))
+            .then_some(c.parts.as_slice())
     }
 
     /// One leaf of material `mat` read through the identity view.
@@ -335,28 +338,35 @@ fn emit(
 
 #[cfg(test)]
 mod tests {
-    use super::{ConcatPart, LeafConcat, View};
+    use super::{ConcatPart, LeafConcat, Region, View};
 
     #[test]
-    fn joined_parts_overlapping_a_range_are_cut_to_it() {
-        let part = |mat, start, len| ConcatPart {
+    fn joined_parts_meeting_a_box_are_cut_to_it() {
+        let part = |mat, start: u64, len: u64| ConcatPart {
             mat,
             view: View::identity(2),
-            start,
-            len,
+            start: vec![0, start],
+            shape: vec![2, len],
         };
         let c = LeafConcat {
-            axis: 1,
             shape: vec![2, 11],
             parts: vec![part(0, 0, 4), part(1, 4, 0), part(2, 4, 3), part(0, 7, 4)],
         };
-        let got: Vec<(usize, u64, u64)> = c
-            .overlapping(3, 6)
-            .map(|(_, p, start, len)| (p.mat, start, len))
+        let cols = |start: u64, len: u64| Region {
+            start: vec![1, start],
+            shape: vec![1, len],
+        };
+        let got: Vec<(usize, Region)> = c
+            .overlapping(&cols(3, 6))
+            .map(|(_, p, inside)| (p.mat, inside))
             .collect();
-        // Rows 3..9: the last row of the first part, all of the third, two of the fourth;
-        // the empty part contributes nothing.
-        assert_eq!(got, vec![(0, 3, 1), (2, 0, 3), (0, 0, 2)]);
-        assert_eq!(c.overlapping(11, 2).count(), 0);
+        // Columns 3..9 of row 1: the last column of the first part, all of the third, two
+        // of the fourth, in each part's coordinates; the empty part contributes nothing.
+        let at = |start: u64, len: u64| Region {
+            start: vec![1, start],
+            shape: vec![1, len],
+        };
+        assert_eq!(got, vec![(0, at(3, 1)), (2, at(0, 3)), (0, at(0, 2))]);
+        assert_eq!(c.overlapping(&cols(11, 2)).count(), 0);
     }
 }

@@ -5,6 +5,7 @@ pub mod bands;
 pub mod fft;
 pub mod fuse;
 pub mod joins;
+pub mod lift;
 pub mod rechunk;
 pub mod stages;
 

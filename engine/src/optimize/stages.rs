@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::fuse::{self, ConcatPart, Fused, LeafConcat, MatId};
-use super::{bands, joins, rechunk};
+use super::{bands, joins, lift, rechunk};
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
 use crate::plan::graph::{Graph, NodeKind, TExpr, View, ViewAxis};
@@ -132,6 +132,7 @@ pub struct PlanOptions {
 
 /// Builds the physical plan of `graph`.
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
+    let graph = &lift::elementwise_out_of_joins(graph);
     let n = graph.nodes.len();
     let mut consumers = vec![Vec::new(); n];
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -160,6 +161,10 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     // Nodes between a reduction and its write that only restate its result (see
     // `reduce_epilogue`): they stand for the target the reduction writes.
     let mut forwarded: Vec<Option<MatId>> = vec![None; n];
+
+    // Nodes stored whole because joins read pieces of them (see `joins::elements_joined`).
+    let joined = joins::elements_joined(graph);
+    let mut stored_whole: Vec<Option<MatId>> = vec![None; n];
 
     for (i, node) in graph.nodes.iter().enumerate() {
         if let Some(m) = forwarded[i] {
@@ -208,62 +213,38 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
             }
             NodeKind::Slice { input, view } => {
                 let f = fused_of(&fused, *input)?;
-                fused[i] = Some(f.through(view, node.shape.clone(), node.grid.clone()));
+                let through = f.through(view, node.shape.clone(), node.grid.clone());
+                // A crop of a join is the join of its cropped parts (one part: a box of it).
+                fused[i] = Some(match joins::cropped(&through) {
+                    Some(c) => joins::value(c, &materials, node.dtype, node.grid.clone()),
+                    None => through,
+                });
             }
             NodeKind::Concat { inputs, axis } => {
-                let ins = inputs
-                    .iter()
-                    .map(|&j| fused_of(&fused, j))
-                    .collect::<Result<Vec<_>>>()?;
-                // A join of joins cut alike along another axis (blocks of a roll) reads its
-                // parts' arrays as one join of columns.
-                if let Some(c) = joins::transposed(&ins, *axis, &node.shape) {
-                    fused[i] = Some(joins::value(c, &materials, node.dtype, node.grid.clone()));
-                    continue;
-                }
                 let mut parts: Vec<ConcatPart> = Vec::new();
-                let mut start = 0;
+                let mut origin = vec![0; node.shape.len()];
                 for &j in inputs {
-                    let f = fused_of(&fused, j)?.clone();
-                    let len = graph.nodes[j].shape[*axis];
-                    // A join of joins along the same axis reads their parts directly.
-                    if let Some(inner) = f.concat_parts(*axis) {
-                        parts.extend(inner.iter().map(|p| ConcatPart {
-                            start: start + p.start,
-                            ..p.clone()
-                        }));
-                        start += len;
-                        continue;
-                    }
-                    // Parts are read as stored, through crops, single indices and new
-                    // axes: anything else is computed into an intermediate first.
-                    let (mat, view) = match f.box_leaf() {
-                        Some(leaf) => (leaf.mat, leaf.view.clone()),
-                        None => {
-                            let part = &graph.nodes[j];
-                            let m = intermediate(
-                                &mut materials,
-                                &part.id,
-                                &part.shape,
-                                part.dtype,
-                                &part.grid.chunk_shape(),
-                            )?;
-                            plan_copy(&mut materials, &mut stages, f, m, &part.id, opts)?;
-                            (m, View::identity(part.shape.len()))
-                        }
+                    let part = JoinInput {
+                        node: j,
+                        origin: &origin,
                     };
-                    parts.push(ConcatPart {
-                        mat,
-                        view,
-                        start,
-                        len,
-                    });
-                    start += len;
+                    parts.extend(join_parts(
+                        graph,
+                        part,
+                        &fused,
+                        &mut Joins {
+                            materials: &mut materials,
+                            stages: &mut stages,
+                            joined: &joined,
+                            stored_whole: &mut stored_whole,
+                        },
+                        opts,
+                    )?);
+                    origin[*axis] += graph.nodes[j].shape[*axis];
                 }
                 let concat = LeafConcat {
-                    axis: *axis,
                     shape: node.shape.clone(),
-                    parts: joins::merged(parts, *axis, &node.shape),
+                    parts: joins::merged(parts),
                 };
                 fused[i] = Some(joins::value(
                     concat,
@@ -403,6 +384,78 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
 }
 
 /// The fused value that reads material `m` whole.
+/// One input of a join: its node and where it lies in the joined values.
+struct JoinInput<'a> {
+    node: usize,
+    origin: &'a [u64],
+}
+
+/// What planning joins updates: the run's materials and stages, and the nodes stored whole
+/// because joins read pieces of them.
+struct Joins<'a> {
+    materials: &'a mut Vec<Material>,
+    stages: &'a mut Vec<Stage>,
+    /// Per node, the elements joins read of it (see `joins::elements_joined`).
+    joined: &'a [u64],
+    stored_whole: &'a mut [Option<MatId>],
+}
+
+/// The parts a join reads `input` as, placed where it lies. A joined input gives its own
+/// parts and a box view of a material one part; anything else is computed into an
+/// intermediate first: the whole of the node it slices, once, when joins read most of that
+/// node, else the input itself.
+fn join_parts(
+    graph: &Graph,
+    input: JoinInput,
+    fused: &[Option<Fused>],
+    joins: &mut Joins,
+    opts: PlanOptions,
+) -> Result<Vec<ConcatPart>> {
+    let j = input.node;
+    let f = fused_of(fused, j)?;
+    let shape = &graph.nodes[j].shape;
+    if let Some(parts) = f.joined() {
+        return Ok(joins::placed(parts, input.origin).collect());
+    }
+    let (mat, view) = match f.box_leaf() {
+        Some(leaf) => (leaf.mat, leaf.view.clone()),
+        None => {
+            let (from, through) = joins::sliced_from(graph, j);
+            let whole = 2 * joins.joined[from] >= graph.nodes[from].shape.iter().product()
+                && through.is_box(shape);
+            let (stored, view) = if whole {
+                (from, through)
+            } else {
+                (j, View::identity(shape.len()))
+            };
+            let m = match joins.stored_whole[stored] {
+                Some(m) => m,
+                None => {
+                    let node = &graph.nodes[stored];
+                    let m = intermediate(
+                        joins.materials,
+                        &node.id,
+                        &node.shape,
+                        node.dtype,
+                        &node.grid.chunk_shape(),
+                    )?;
+                    let value = fused_of(fused, stored)?.clone();
+                    plan_copy(joins.materials, joins.stages, value, m, &node.id, opts)?;
+                    joins.stored_whole[stored] = Some(m);
+                    m
+                }
+            };
+            (m, view)
+        }
+    };
+    Ok(vec![ConcatPart {
+        mat,
+        view,
+        start: input.origin.to_vec(),
+        shape: shape.clone(),
+    }])
+}
+
 fn material_value(materials: &[Material], m: MatId) -> Fused {
     let mat = &materials[m];
     Fused::material(m, &mat.shape, mat.dtype, mat.grid.clone())

@@ -97,36 +97,34 @@ impl LeafRead {
         self.concat.as_ref().is_none_or(|c| {
             c.parts
                 .iter()
-                .all(|p| p.is_whole(rank, &arrays[p.mat].shape(), c.axis))
+                .all(|p| p.is_whole(rank, &arrays[p.mat].shape()))
         })
     }
 
     /// Where chunk `c`'s values go in the leaf's box.
     fn place(&self, c: &LeafChunk, arrays: &[Arc<ZarrArray>]) -> Placement {
         let mut region = arrays[c.mat].read_grid().chunk_region(&c.idx);
-        let Some((concat, part)) = self
-            .concat
-            .as_ref()
-            .and_then(|j| Some((j, j.parts.get(c.part)?)))
-        else {
+        let Some(part) = self.concat.as_ref().and_then(|j| j.parts.get(c.part)) else {
             return Placement::Direct(region);
         };
-        let (axis, shift) = (concat.axis, part.start);
-        if part.is_whole(self.read_box.rank(), &arrays[c.mat].shape(), axis) {
-            region.start[axis] += shift;
+        let rank = self.read_box.rank();
+        if part.is_whole(rank, &arrays[c.mat].shape()) {
+            for (s, shift) in region.start.iter_mut().zip(&part.start) {
+                *s += shift;
+            }
             return Placement::Direct(region);
         }
         // The box in the part's coordinates, then in the material's.
-        let mut part_box = self.read_box.clone();
-        let lo = part_box.start[axis].max(shift);
-        let hi = self.read_box.end(axis);
-        part_box.start[axis] = lo - shift;
-        part_box.shape[axis] = hi.saturating_sub(lo);
+        let Some(part_box) = part.meets(&self.read_box) else {
+            return Placement::Outside;
+        };
         let Some(input) = region.intersect(&part.view.input_box(&part_box)) else {
             return Placement::Outside;
         };
-        let mut out = part.view.output_box(&input, self.read_box.rank());
-        out.start[axis] += shift;
+        let mut out = part.view.output_box(&input, rank);
+        for (s, shift) in out.start.iter_mut().zip(&part.start) {
+            *s += shift;
+        }
         Placement::Boxed {
             chunk: region,
             input,
@@ -337,10 +335,7 @@ impl RegionRead {
 /// part by part.
 fn joined_chunks(c: &LeafConcat, arrays: &[Arc<ZarrArray>], read_box: &Region) -> Vec<LeafChunk> {
     let mut chunks = Vec::new();
-    for (k, part, start, len) in c.overlapping(read_box.start[c.axis], read_box.shape[c.axis]) {
-        let mut part_box = read_box.clone();
-        part_box.start[c.axis] = start;
-        part_box.shape[c.axis] = len;
+    for (k, part, part_box) in c.overlapping(read_box) {
         chunks.extend(
             arrays[part.mat]
                 .read_grid()
