@@ -50,6 +50,7 @@ lint:
 	$(CARGO) clippy --release --all-targets --workspace -- -D warnings
 	$(VENV)/bin/ruff check python tests scripts bench examples
 	$(VENV)/bin/ruff format --check python tests scripts bench examples
+	$(PY) scripts/check_layout.py
 
 # Cubed's visualize tests need graphviz's `dot` (a Debian package).
 graphviz:

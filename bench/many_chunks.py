@@ -7,8 +7,9 @@ Makes (or reuses) an ERA5-like float32 (time, 73, 144) array, one chunk per step
 scripts/make_era5.py), opens it with da.from_zarr and times, in this process, best of
 --repeat for each scheduler (their runs alternating): `da.roll` along longitude, a
 `da.concatenate` of two longitude slices, `fftshift` along longitude (each computed whole and
-as a mean over time) and `x[5, :32, :32]` (the per-call cost of a tiny graph, best of 10x
---repeat). Every result is checked against the threaded scheduler's. Prints a Markdown table.
+as a mean over time), `fftshift` over all axes, xrft's spectrum along longitude
+(`abs(fftshift(fft(x, axis=2), axes=2))`, a mean over time) and `x[5, :32, :32]` (the per-call
+cost of a tiny graph, best of 10x --repeat). Every result is checked against the threaded scheduler's. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def _cases(x: Any) -> dict[str, Any]:
         ),
         "fftshift (whole)": da.fft.fftshift(x, axes=2),
         "fftshift, mean over time": da.fft.fftshift(x, axes=2).mean(axis=0),
+        "fftshift over all axes, mean": da.fft.fftshift(x).mean(axis=0),
+        "xrft spectrum: |fftshift(fft(lon))|, mean": abs(
+            da.fft.fftshift(da.fft.fft(x, axis=2), axes=2)
+        ).mean(axis=0),
         "tiny get: x[5, :32, :32]": x[5, :32, :32],
     }
 
@@ -119,8 +124,9 @@ def many_chunk_lines(data: Path, steps: int, threads: int, repeat: int) -> list[
                 "threads": lambda y=y: y.compute(scheduler="threads", num_workers=threads),
             }
             best, results = _best(runs, n)
+            # FFT magnitudes reach 1e5 here: float32 rounding is relative.
             np.testing.assert_allclose(
-                results["chunkfuse"], results["threads"], rtol=1e-5, atol=1e-5
+                results["chunkfuse"], results["threads"], rtol=1e-5, atol=1e-2
             )
             ours, theirs = best["chunkfuse"], best["threads"]
             rows.append(
