@@ -13,7 +13,7 @@ BIN := target/release/chunkfuse
 export CHUNKFUSE_BIN := $(CURDIR)/$(BIN)
 export CHUNKFUSE_ZARR2_PYTHON := $(CURDIR)/$(ZARR2_VENV)/bin/python
 
-.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean
+.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean wheel wheel-smoke
 
 all: develop
 
@@ -76,6 +76,20 @@ test-dask: develop
 	cd "$$(mktemp -d)" && $(DASK_SUITE) --pyargs $(addprefix dask.array.tests.,$(DASK_MODULES))
 
 test: develop test-rust test-python test-cubed test-dask
+
+# An abi3 wheel, installed into a fresh virtual environment outside the checkout with no Rust
+# toolchain on PATH, imported and used there (scripts/wheel_smoke.py).
+WHEEL_DIR := target/wheels
+SMOKE_VENV := target/wheel-smoke-venv
+wheel: venv
+	rm -rf $(WHEEL_DIR)
+	$(VENV)/bin/maturin build --release --quiet --out $(WHEEL_DIR)
+wheel-smoke: wheel
+	rm -rf $(SMOKE_VENV)
+	$(PYTHON) -m venv $(SMOKE_VENV)
+	$(SMOKE_VENV)/bin/pip install --quiet $(WHEEL_DIR)/chunkfuse-*.whl "zarr>=3.1.3"
+	cd "$$(mktemp -d)" && env -i HOME="$$HOME" PATH=/usr/bin:/bin \
+	  $(CURDIR)/$(SMOKE_VENV)/bin/python $(CURDIR)/scripts/wheel_smoke.py
 
 demo: develop
 	$(PY) scripts/demo.py
