@@ -45,12 +45,13 @@ test-rust: build
 test-python: develop
 	$(PY) -m pytest -q
 
-lint:
+lint: develop
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --all-targets --workspace -- -D warnings
 	$(VENV)/bin/ruff check python tests scripts bench examples
 	$(VENV)/bin/ruff format --check python tests scripts bench examples
 	$(PY) scripts/check_layout.py
+	$(PY) -m mypy.stubtest chunkfuse._engine
 
 # Cubed's visualize tests need graphviz's `dot` (a Debian package).
 graphviz:

@@ -1,5 +1,22 @@
-from collections.abc import Callable
-from typing import Any
+"""Type stubs of the engine's Python module (pyo3); `make lint` checks them against the built
+module with mypy's stubtest."""
+
+from collections.abc import Callable, Sequence
+from typing import Any, final
+
+__all__ = [
+    "version",
+    "run_plan",
+    "parse_bytes",
+    "device_info",
+    "array_info",
+    "run_chunk_function",
+    "ArrayReader",
+    "set_io",
+    "io_mode",
+    "set_io_timeouts",
+    "__version__",
+]
 
 __version__: str
 
@@ -17,9 +34,22 @@ def run_plan(
 def parse_bytes(text: str) -> int: ...
 def device_info(device: str) -> str: ...
 def array_info(url: str) -> dict[str, Any]: ...
+def run_chunk_function(
+    name: str,
+    inputs: Sequence[str],
+    target: str,
+    out_dtype: str,
+    tasks: Sequence[tuple[Sequence[int], Sequence[tuple[int, Sequence[int]]]]],
+    function: Callable[[int, list[bytearray]], bytes],
+    max_mem: int | None = ...,
+    threads: int = ...,
+    work_dir: str | None = ...,
+    progress: Callable[[int, int], None] | None = ...,
+) -> str: ...
 
+@final
 class ArrayReader:
-    def __init__(self, url: str) -> None: ...
+    def __new__(cls, url: str) -> ArrayReader: ...
     @property
     def dtype(self) -> str: ...
     @property
