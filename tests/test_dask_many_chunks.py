@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import zarr
 from conftest import Cli, read_zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 Graph = Callable[[da.Array], da.Array]
 
@@ -140,3 +142,41 @@ def test_a_join_of_per_step_joins_runs_in_one_stage(cli: Cli, tmp_path: Path) ->
         stages.append(summary["stages"])
     # No intermediate per step: the write is the only stage, whatever the number of steps.
     assert len(stages[0]) == len(stages[1]) == 1, stages
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_joins_of_slices_along_several_axes_give_numpys_values(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Rolls, fftshifts and joins of slices along random axes and chunkings, stacked on each
+    other and ended by a ufunc or a reduction, against numpy."""
+    shape = tuple(data.draw(st.integers(2, 7), label=f"n{d}") for d in range(3))
+    chunks = tuple(data.draw(st.integers(1, n), label=f"c{d}") for d, n in enumerate(shape))
+    path = tmp_path_factory.mktemp("joins") / "x.zarr"
+    values = np.random.default_rng(len(str(path))).standard_normal(shape).astype("float32")
+    zarr.create_array(str(path), data=values, chunks=chunks)
+    x, ref = da.from_zarr(str(path)), values
+    for _ in range(data.draw(st.integers(1, 3), label="steps")):
+        kind = data.draw(st.sampled_from(["roll", "fftshift", "concat", "abs"]), label="kind")
+        axis = data.draw(st.integers(0, 2), label="axis")
+        if kind == "roll":
+            by = data.draw(st.integers(-8, 8), label="by")
+            x, ref = da.roll(x, by, axis=axis), np.roll(ref, by, axis=axis)
+        elif kind == "fftshift":
+            axes = data.draw(st.sampled_from([None, (axis,), (0, 2)]), label="axes")
+            x, ref = da.fft.fftshift(x, axes=axes), np.fft.fftshift(ref, axes=axes)
+        elif kind == "concat":
+            cut = data.draw(st.integers(0, shape[axis]), label="cut")
+            lo, hi = [slice(None)] * 3, [slice(None)] * 3
+            lo[axis], hi[axis] = slice(cut, None), slice(None, cut)
+            x = da.concatenate([x[tuple(lo)], x[tuple(hi)]], axis=axis)
+            ref = np.concatenate([ref[tuple(lo)], ref[tuple(hi)]], axis=axis)
+        else:
+            x, ref = abs(x) + 1, np.abs(ref) + 1
+    if data.draw(st.booleans(), label="mean"):
+        x, ref = x.mean(axis=0), ref.mean(axis=0)
+    got = x.compute(scheduler=chunkfuse.dask.get)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    stats = chunkfuse.dask.last_stats()
+    assert stats is not None and stats.python_tasks == 0, stats
