@@ -103,6 +103,7 @@ mod tests {
             fill: None,
             overwrite: true,
             existing: false,
+            region: None,
         };
         Arc::new(ZarrArray::create(store, &spec).unwrap())
     }

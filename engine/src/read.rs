@@ -611,6 +611,7 @@ mod tests {
             fill: None,
             overwrite: true,
             existing: false,
+            region: None,
         };
         let arr = ZarrArray::create(store, &spec).unwrap();
         let values: Vec<f32> = (0..7 * 10 * 9).map(|i| i as f32 * 0.5 - 3.0).collect();

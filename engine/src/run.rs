@@ -973,6 +973,7 @@ pub fn codec_floor(
             fill: None,
             overwrite: true,
             existing: false,
+            region: None,
         };
         let target = ZarrArray::create(
             crate::store::memory::MemoryStore::named("codec-floor"),

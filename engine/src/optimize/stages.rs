@@ -610,6 +610,7 @@ fn target_material(graph: &Graph, node_idx: usize, materials: &mut Vec<Material>
                 fill: spec.copied.fill.clone(),
                 overwrite: spec.overwrite,
                 existing: spec.existing,
+                region: spec.region.clone(),
             },
             attrs: spec.copied.attrs.clone(),
         },
@@ -666,6 +667,7 @@ pub(crate) fn sharded_intermediate(
                 fill: None,
                 overwrite: true,
                 existing: false,
+                region: None,
             },
         },
     });
@@ -755,7 +757,8 @@ fn stream_plan(
     let MaterialOrigin::Target { url, spec, .. } = &mat.origin else {
         return None;
     };
-    if !crate::store::writes_in_parts(url) {
+    // A region write merges the target chunks it covers in part: no streams.
+    if !crate::store::writes_in_parts(url) || spec.region.is_some() {
         return None;
     }
     // A target already there (Cubed creates its arrays) streams as its own codecs allow.

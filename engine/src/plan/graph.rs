@@ -2,6 +2,7 @@
 //! chunk grids, its sources opened and checked. Nothing is written here.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::expr::{resolve, Signature, Typed};
@@ -382,15 +383,26 @@ impl Graph {
             });
         }
         let source_urls: Vec<String> = plan.arrays.iter().map(|a| normalise_url(&a.url)).collect();
-        let mut targets: Vec<String> = Vec::new();
+        // Each target written: its URL, the op and, for writes into existing arrays, the
+        // chunks written.
+        let mut targets: Vec<(String, String, Option<ChunkRanges>)> = Vec::new();
         for op in &plan.ops {
             let lookup = |name: &str, field: String| -> Result<NodeId> {
-                by_id.get(name).copied().ok_or_else(|| {
+                let id = by_id.get(name).copied().ok_or_else(|| {
                     Error::plan(
-                        field,
+                        &field,
                         format!("no array or op with id \"{name}\" is defined before this op"),
                     )
-                })
+                })?;
+                if let NodeKind::Write { spec, .. } = &nodes[id].kind {
+                    plan_ensure!(
+                        spec.region.is_none(),
+                        field,
+                        "\"{name}\" writes a region of \"{}\"; a plan cannot read a region write",
+                        spec.target
+                    );
+                }
+                Ok(id)
             };
             let node = match &op.op {
                 Op::Elementwise { inputs, expr } => {
@@ -482,18 +494,37 @@ impl Graph {
                         "the target \"{}\" is also an input of this plan",
                         spec.target
                     );
-                    plan_ensure!(
-                        !targets.contains(&url),
-                        format!("{}.target", op.field),
-                        "\"{}\" is written by two ops",
-                        spec.target
-                    );
-                    targets.push(url);
                     let like = match &spec.metadata_from {
                         Some(id) => Some(lookup(id, format!("{}.metadata_from", op.field))?),
                         None => None,
                     };
-                    write(&nodes, op.id.clone(), op.field.clone(), input, spec, like)?
+                    let (node, touched) =
+                        write(&nodes, op.id.clone(), op.field.clone(), input, spec, like)?;
+                    // Writes into one existing array may share it, never a chunk of it: each
+                    // chunk has one writer (a chunk covered in part is read, merged and
+                    // rewritten whole).
+                    for (other, other_id, other_touched) in &targets {
+                        if *other != url {
+                            continue;
+                        }
+                        let (Some(a), Some(b)) = (&touched, other_touched) else {
+                            plan_bail!(
+                                format!("{}.target", op.field),
+                                "\"{}\" is written by two ops",
+                                spec.target
+                            );
+                        };
+                        if let Some(chunk) = shared_chunk(a, b) {
+                            plan_bail!(
+                                format!("{}.region", op.field),
+                                "this write and op \"{other_id}\" both write chunk {chunk:?} of \
+                                 \"{}\"; each chunk of a target may have only one writer in a plan",
+                                spec.target
+                            );
+                        }
+                    }
+                    targets.push((url, op.id.clone(), touched));
+                    node
                 }
             };
             by_id.insert(op.id.clone(), nodes.len());
@@ -1116,6 +1147,8 @@ fn transpose(
     })
 }
 
+/// A write node, with the target chunks it writes (their index ranges along each axis) when
+/// it writes into an existing array.
 fn write(
     nodes: &[Node],
     id: String,
@@ -1123,12 +1156,15 @@ fn write(
     input: NodeId,
     spec: &WriteSpec,
     like: Option<NodeId>,
-) -> Result<Node> {
+) -> Result<(Node, Option<ChunkRanges>)> {
     let src = &nodes[input];
     let rank = src.shape.len();
     let existing_spec;
+    let mut existing = None;
     let spec = if spec.existing {
-        existing_spec = existing_target(src, &field, spec)?;
+        let (s, target) = existing_target(src, &field, spec)?;
+        existing_spec = s;
+        existing = Some(target);
         &existing_spec
     } else {
         spec
@@ -1188,15 +1224,36 @@ fn write(
     if spec.shards.is_some() {
         spec.shards = Some(storage.clone());
     }
-    Ok(Node {
+    // A region write's tasks fill the window of its box (target chunks cut to the box).
+    let (grid, touched) = match existing {
+        Some(ExistingTarget { window, touched }) => (window, Some(touched)),
+        None => (None, None),
+    };
+    let grid = match grid {
+        Some(g) => g,
+        None => ChunkGrid::regular(&src.shape, &storage)
+            .map_err(|e| e.with_field(format!("{field}.chunks")))?,
+    };
+    let node = Node {
         id,
         field: field.clone(),
         shape: src.shape.clone(),
         dtype: src.dtype,
-        grid: ChunkGrid::regular(&src.shape, &storage)
-            .map_err(|e| e.with_field(format!("{field}.chunks")))?,
+        grid,
         kind: NodeKind::Write { input, spec },
-    })
+    };
+    Ok((node, touched))
+}
+
+/// Target chunks: index ranges along each axis.
+type ChunkRanges = Vec<Range<usize>>;
+
+/// What a write into an existing array learns of its target.
+struct ExistingTarget {
+    /// The grid of a region write's window (see `zarr::window`).
+    window: Option<ChunkGrid>,
+    /// The target chunks written.
+    touched: ChunkRanges,
 }
 
 /// The fill value and attributes that a write of `src` takes from the plan array `like` (its
@@ -1224,30 +1281,65 @@ fn metadata_of(like: &Node, src: &Node, field: &str) -> Result<(Vec<u8>, crate::
     Ok((arr.fill_bytes().to_vec(), arr.attrs().clone()))
 }
 
-/// The write spec for writing into the array already at `spec.target`: its chunks and format,
-/// after checking that it can hold `src`.
-fn existing_target(src: &Node, field: &str, spec: &WriteSpec) -> Result<WriteSpec> {
+/// The write spec for writing into the array already at `spec.target` (into the box at
+/// `spec.region` when given): its chunks, shards and format, after checking that it can hold
+/// `src`.
+fn existing_target(
+    src: &Node,
+    field: &str,
+    spec: &WriteSpec,
+) -> Result<(WriteSpec, ExistingTarget)> {
     let store = open_store(&spec.target, 1).map_err(|e| e.with_field(format!("{field}.target")))?;
     let arr = ZarrArray::open(store).map_err(|e| e.with_field(format!("{field}.target")))?;
     let info = arr.info();
+    if let Some(start) = &spec.region {
+        crate::zarr::window::check_box(start, &src.shape, &arr.shape()).map_err(|m| {
+            Error::plan(
+                format!("{field}.region"),
+                format!("the box \"{}\" fills does not fit the target: {m}", src.id),
+            )
+        })?;
+    }
     let want = ArraySpec {
         shape: src.shape.clone(),
         dtype: src.dtype,
         chunks: info.chunks.clone(),
-        shards: None,
+        shards: info.shards.clone(),
         codec: spec.codec.clone(),
         zarr_format: info.zarr_format,
         fill: None,
         overwrite: false,
         existing: true,
+        region: spec.region.clone(),
     };
     arr.check_matches(&want)
         .map_err(|e| e.with_field(format!("{field}.target")))?;
+    let zeros = vec![0; src.shape.len()];
+    let start = spec.region.as_deref().unwrap_or(&zeros);
+    let touched = crate::zarr::window::touched_chunks(arr.grid(), start, &src.shape);
+    let window = match &spec.region {
+        Some(start) => Some(
+            crate::zarr::window::box_grid(arr.grid(), start, &src.shape)
+                .map_err(|e| e.with_field(format!("{field}.region")))?,
+        ),
+        None => None,
+    };
     let mut out = spec.clone();
     out.chunks = Some(info.chunks.clone());
-    out.shards = None;
+    out.shards = info.shards.clone();
     out.zarr_format = info.zarr_format;
-    Ok(out)
+    Ok((out, ExistingTarget { window, touched }))
+}
+
+/// The first target chunk (index ranges along each axis) that both `a` and `b` write, if any.
+fn shared_chunk(a: &[Range<usize>], b: &[Range<usize>]) -> Option<Vec<usize>> {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let lo = x.start.max(y.start);
+            (lo < x.end.min(y.end)).then_some(lo)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -242,6 +242,10 @@ pub struct WriteSpec {
     /// Write into the array already at the target, keeping its metadata (chunks, codecs,
     /// fill value, attributes): for arrays made by other tools (xarray, Cubed).
     pub existing: bool,
+    /// With `existing`: where the box the input fills starts in the target (one start per
+    /// axis; the box has the input's shape). Target chunks the box covers in part are read,
+    /// merged and written whole; chunks outside it are not touched.
+    pub region: Option<Vec<u64>>,
     /// The id of a plan array whose fill value, attributes and dimension names the target
     /// takes.
     pub metadata_from: Option<String>,

@@ -408,9 +408,25 @@ fn op(o: &Obj) -> Result<Op> {
                 "zarr_format",
                 "overwrite",
                 "existing",
+                "region",
                 "metadata_from",
             ])?;
             let existing = o.opt_bool("existing", false)?;
+            let region = o.ints("region")?;
+            plan_ensure!(
+                region.is_none() || existing,
+                o.at("region"),
+                "\"region\" writes into an existing array: it needs \"existing\": true"
+            );
+            if let Some(r) = &region {
+                for (i, x) in r.iter().enumerate() {
+                    plan_ensure!(
+                        *x >= 0,
+                        format!("{}[{i}]", o.at("region")),
+                        "must be a start index (0 or more), got {x}"
+                    );
+                }
+            }
             if existing {
                 for key in [
                     "chunks",
@@ -448,6 +464,7 @@ fn op(o: &Obj) -> Result<Op> {
                     zarr_format,
                     overwrite: o.opt_bool("overwrite", true)?,
                     existing,
+                    region: region.map(|r| r.into_iter().map(|x| x as u64).collect()),
                     metadata_from: o.opt_str("metadata_from")?.map(str::to_string),
                     copied: Default::default(),
                 },

@@ -284,6 +284,7 @@ fn push_array(
                 zarr_format: r.zarr_format,
                 overwrite: r.overwrite,
                 existing: false,
+                region: None,
                 metadata_from: Some(src),
                 copied: Default::default(),
             },

@@ -172,6 +172,9 @@ pub struct ArraySpec {
     /// Open the array already there (its shape, dtype and chunks must match) instead of
     /// creating one.
     pub existing: bool,
+    /// With `existing`: write the box of the array there that starts here (one start per
+    /// axis), of `shape`, instead of the whole array (see [`window`](super::window)).
+    pub region: Option<Vec<u64>>,
 }
 
 fn v2_dtype(dtype: DType) -> &'static str {

@@ -337,6 +337,7 @@ mod tests {
                 fill: None,
                 overwrite: true,
                 existing: false,
+                region: None,
             };
             let names = ArrayAttrs {
                 attributes: Map::new(),

@@ -12,6 +12,7 @@ mod metadata;
 pub mod shard;
 pub mod stream;
 mod target;
+pub mod window;
 
 pub use attrs::ArrayAttrs;
 pub use create::{ArraySpec, Codec};
@@ -68,6 +69,9 @@ pub struct ZarrArray {
     inner_reads: bool,
     /// Parsed shard indexes, by shard, for inner reads (`None`: the shard is not stored).
     shard_indexes: std::sync::Mutex<HashMap<Vec<u64>, Option<ShardIndex>>>,
+    /// The box of the array a region write fills, when this array stands for one (see
+    /// [`window`]): `grid` is then the window's.
+    window: Option<window::Window>,
 }
 
 /// Where each inner chunk of one shard lies (C order within the shard).
@@ -416,6 +420,7 @@ impl ZarrArray {
             shard,
             inner_reads: false,
             shard_indexes: std::sync::Mutex::new(HashMap::new()),
+            window: None,
         })
     }
 
@@ -535,6 +540,10 @@ impl ZarrArray {
     /// The raw shard layout of this array, when the engine writes its shards itself (see
     /// [`encode_raw_shard`](Self::encode_raw_shard)).
     pub fn raw_shard_layout(&self) -> Option<&shard::ShardLayout> {
+        // A window's shards are encoded whole through the codecs (parts are merged).
+        if self.window.is_some() {
+            return None;
+        }
         self.shard_layout().filter(|l| l.is_raw())
     }
 
@@ -712,22 +721,50 @@ impl ZarrArray {
 
     /// The store key of the chunk at grid index `idx`.
     pub fn chunk_key(&self, idx: &[u64]) -> String {
-        self.meta.chunk_key(idx).as_str().to_string()
+        match &self.window {
+            None => self.stored_key(idx),
+            Some(w) => self.stored_key(&w.target_index(idx)),
+        }
+    }
+
+    /// The store key of stored chunk `t` (an index of the stored grid, also when windowed).
+    fn stored_key(&self, t: &[u64]) -> String {
+        self.meta.chunk_key(t).as_str().to_string()
     }
 
     /// The shape a chunk is encoded with (edge chunks of regular grids are padded).
     pub fn encoded_chunk_shape(&self, idx: &[u64]) -> Result<Vec<u64>> {
+        match &self.window {
+            None => self.stored_chunk_shape(idx),
+            Some(w) => self.stored_chunk_shape(&w.target_index(idx)),
+        }
+    }
+
+    /// The shape stored chunk `t` is encoded with.
+    fn stored_chunk_shape(&self, t: &[u64]) -> Result<Vec<u64>> {
         let shape = self
             .meta
-            .chunk_shape(idx)
-            .map_err(|e| Error::internal(format!("chunk {idx:?}: {e}")))?;
+            .chunk_shape(t)
+            .map_err(|e| Error::internal(format!("chunk {t:?}: {e}")))?;
         Ok(shape.iter().map(|s| s.get()).collect())
     }
 
     /// Decodes the stored bytes of chunk `idx` (or the fill value when `bytes` is `None`)
     /// into a buffer covering exactly the chunk's region inside the array.
     pub fn decode_chunk(&self, idx: &[u64], bytes: Option<crate::store::Value>) -> Result<Buffer> {
-        let region = self.grid.chunk_region(idx);
+        match &self.window {
+            None => self.decode_stored(idx, &self.grid.chunk_region(idx), bytes),
+            Some(w) => self.decode_window_chunk(w, idx, bytes),
+        }
+    }
+
+    /// Decodes stored chunk `t` over `region` (its region in the stored array).
+    fn decode_stored(
+        &self,
+        t: &[u64],
+        region: &Region,
+        bytes: Option<crate::store::Value>,
+    ) -> Result<Buffer> {
         let Some(bytes) = bytes else {
             return Ok(Buffer::filled(
                 self.dtype,
@@ -735,14 +772,19 @@ impl ZarrArray {
                 &self.fill,
             ));
         };
-        let encoded_shape = self.encoded_chunk_shape(idx)?;
-        let corrupt = |msg: String| self.corrupt_chunk(idx, msg);
+        let encoded_shape = self.stored_chunk_shape(t)?;
+        let corrupt = |msg: String| {
+            Error::new(ErrorKind::Corrupt, format!("cannot decode chunk: {msg}"))
+                .with_array(&self.name)
+                .with_chunk_key(self.stored_key(t))
+                .with_store(&self.url)
+        };
         let len = encoded_shape.iter().product::<u64>() as usize * self.dtype.size();
         if self.fast == Some(FastCodec::Zstd) {
             let out = zstd_decode(&bytes, len).map_err(corrupt);
             bytes.recycle();
             let full = Buffer::from_bytes(self.dtype, out?)?;
-            return self.crop(full, &region, encoded_shape);
+            return self.crop(full, region, encoded_shape);
         }
         if self.fast == Some(FastCodec::Raw) {
             if bytes.len() != len {
@@ -752,7 +794,7 @@ impl ZarrArray {
             }
             // The bytes read are the values: no copy when they were read into memory.
             let full = Buffer::from_bytes(self.dtype, bytes.into_vec())?;
-            return self.crop(full, &region, encoded_shape);
+            return self.crop(full, region, encoded_shape);
         }
         let decoded = self
             .meta
@@ -771,7 +813,7 @@ impl ZarrArray {
             .map_err(|e| corrupt(e.to_string()))?;
         let full = Buffer::from_bytes(self.dtype, decoded.into_owned())?;
         bytes.recycle();
-        self.crop(full, &region, encoded_shape)
+        self.crop(full, region, encoded_shape)
     }
 
     /// Decodes chunk `idx` into `dst`, which holds exactly the chunk's region (C order):
@@ -995,6 +1037,7 @@ impl ZarrArray {
         let region = self.grid.chunk_region(idx);
         let whole = data.len() as u64 == region.len() && data.dtype() == self.dtype;
         if self.fast == Some(FastCodec::Raw)
+            && self.window.is_none()
             && whole
             && self.encoded_chunk_shape(idx)? == region.shape
             && (self.store_fill_chunks || !data.all_equal(&self.fill))
@@ -1018,7 +1061,22 @@ impl ZarrArray {
         data: &Buffer,
         threads: usize,
     ) -> Result<Option<Vec<u8>>> {
-        let region = self.grid.chunk_region(idx);
+        match &self.window {
+            None => self.encode_stored(idx, &self.grid.chunk_region(idx), data, threads),
+            Some(w) => self.encode_window_chunk(w, idx, data, threads),
+        }
+    }
+
+    /// Encodes `data`, the values of stored chunk `t` over `region` (its region in the stored
+    /// array), as [`encode_chunk`](Self::encode_chunk) does.
+    fn encode_stored(
+        &self,
+        t: &[u64],
+        region: &Region,
+        data: &Buffer,
+        threads: usize,
+    ) -> Result<Option<Vec<u8>>> {
+        let idx = t;
         if data.len() as u64 != region.len() || data.dtype() != self.dtype {
             return Err(Error::internal(format!(
                 "chunk {idx:?} expects {} {} elements, got {} {}",
@@ -1031,7 +1089,7 @@ impl ZarrArray {
         if !self.store_fill_chunks && data.all_equal(&self.fill) {
             return Ok(None);
         }
-        let encoded_shape = self.encoded_chunk_shape(idx)?;
+        let encoded_shape = self.stored_chunk_shape(idx)?;
         let padded_storage;
         let bytes: &[u8] = if encoded_shape == region.shape {
             data.bytes()
@@ -1043,10 +1101,10 @@ impl ZarrArray {
             let mut p = Buffer::filled(self.dtype, padded.len() as usize, &self.fill);
             crate::array::buffer::copy_region(
                 data.bytes(),
-                &region,
+                region,
                 p.bytes_mut(),
                 &padded,
-                &region,
+                region,
                 self.dtype.size(),
             );
             padded_storage = p;
@@ -1061,7 +1119,7 @@ impl ZarrArray {
             return zstd_encode(bytes, params, threads).map(Some).map_err(|e| {
                 Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))
                     .with_array(&self.name)
-                    .with_chunk_key(self.chunk_key(idx))
+                    .with_chunk_key(self.stored_key(idx))
                     .with_store(&self.url)
             });
         }
@@ -1078,34 +1136,45 @@ impl ZarrArray {
             .map_err(|e| {
                 Error::new(ErrorKind::Internal, format!("cannot encode chunk: {e}"))
                     .with_array(&self.name)
-                    .with_chunk_key(self.chunk_key(idx))
+                    .with_chunk_key(self.stored_key(idx))
                     .with_store(&self.url)
             })?;
         Ok(Some(encoded.into_owned()))
     }
 
-    /// Checks that this (existing) array has the shape, dtype and chunks `spec` asks for and is
-    /// not sharded, so tasks planned for `spec` may write its chunks.
+    /// Checks that this (existing) array has the shape (or, for a region write, holds the
+    /// box `spec.region` starts, of `spec.shape`), dtype, chunks and shards `spec` asks for,
+    /// so tasks planned for `spec` may write its chunks.
     pub fn check_matches(&self, spec: &ArraySpec) -> Result<()> {
         let info = self.info();
-        let problem = if self.shape() != spec.shape {
+        let problem = if let Some(start) = &spec.region {
+            window::check_box(start, &spec.shape, &self.shape()).err()
+        } else if self.shape() != spec.shape {
             Some(format!(
                 "its shape is {:?}, not {:?}",
                 self.shape(),
                 spec.shape
             ))
-        } else if self.dtype() != spec.dtype {
-            Some(format!("its dtype is {}, not {}", self.dtype(), spec.dtype))
-        } else if info.shards.is_some() {
-            Some("it is sharded; writing into an existing sharded array is not supported".into())
-        } else if info.chunks != spec.chunks {
-            Some(format!(
-                "its chunks are {:?}, not {:?}",
-                info.chunks, spec.chunks
-            ))
         } else {
             None
         };
+        let problem = problem.or_else(|| {
+            if self.dtype() != spec.dtype {
+                Some(format!("its dtype is {}, not {}", self.dtype(), spec.dtype))
+            } else if info.chunks != spec.chunks {
+                Some(format!(
+                    "its chunks are {:?}, not {:?}",
+                    info.chunks, spec.chunks
+                ))
+            } else if info.shards != spec.shards {
+                Some(format!(
+                    "its shards are {:?}, not {:?}",
+                    info.shards, spec.shards
+                ))
+            } else {
+                None
+            }
+        });
         match problem {
             Some(p) => Err(Error::new(
                 ErrorKind::Plan,

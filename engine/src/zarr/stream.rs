@@ -95,6 +95,7 @@ impl ZarrArray {
     /// True when chunks can be written as streams ([`chunk_stream`](Self::chunk_stream)).
     pub fn streams_chunks(&self) -> bool {
         self.info.shards.is_none()
+            && self.window.is_none()
             && (self.fast == Some(FastCodec::Raw) || self.fast_encode.is_some())
     }
 

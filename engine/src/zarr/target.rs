@@ -120,7 +120,21 @@ impl ZarrArray {
         if spec.existing && metadata::exists(store.as_ref())? {
             let array = Self::open(store)?;
             array.check_matches(spec)?;
-            return Ok(array);
+            return match &spec.region {
+                Some(start) => array.windowed(start, &spec.shape),
+                None => Ok(array),
+            };
+        }
+        if let Some(start) = &spec.region {
+            // No array there (a planning stand-in): one reaching to the box's end, chunked
+            // as the target, whose window has the target window's grid.
+            let mut whole = spec.clone();
+            whole.shape = start.iter().zip(&spec.shape).map(|(s, n)| s + n).collect();
+            whole.region = None;
+            whole.existing = false;
+            let existing = node_exists(store.as_ref())?;
+            return Self::create_over(store, &whole, attrs, job, existing)?
+                .windowed(start, &spec.shape);
         }
         let existing = node_exists(store.as_ref())?;
         Self::create_over(store, spec, attrs, job, existing)
@@ -290,6 +304,7 @@ mod tests {
             fill: Some(f32::NAN.to_ne_bytes().to_vec()),
             overwrite,
             existing: false,
+            region: None,
         }
     }
 

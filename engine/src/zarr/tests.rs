@@ -12,6 +12,7 @@ fn spec(shards: Option<Vec<u64>>, zarr_format: u8) -> ArraySpec {
         fill: Some(1.5f32.to_ne_bytes().to_vec()),
         overwrite: true,
         existing: false,
+        region: None,
     }
 }
 
@@ -203,6 +204,7 @@ fn streamed_chunks_decode_to_their_rows() {
             fill: Some(1.5f32.to_ne_bytes().to_vec()),
             overwrite: true,
             existing: false,
+            region: None,
         };
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
