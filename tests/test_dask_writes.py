@@ -309,6 +309,167 @@ def test_store_of_several_arrays(era5: Path, tmp_path: Path) -> None:
     np.testing.assert_allclose(zarr.open_array(str(tmp_path / "d.zarr"))[:], bigger[5:53])
 
 
+def _era5_v2_floats(tmp_path: Path) -> Any:
+    """The float variables of the ERA5-like dataset of `era5_dataset` (stored as Zarr v2,
+    Blosc lz4, one time step per chunk, NaNs and a missing chunk), opened lazily with
+    xarray."""
+    from era5_dataset import FLOATS, write_era5_v2
+
+    source = write_era5_v2(tmp_path / "era5-v2.zarr")
+    ds = xr.open_zarr(source)[list(FLOATS)]
+    for var in ds.variables.values():
+        var.encoding = {}  # written as the targets' defaults (Zarr v3), not as the source
+    return ds
+
+
+def _assert_native_stores(what: str) -> None:
+    """The last `get` ran its stores (and everything else) in one engine run: no Python task."""
+    stats = last_stats()
+    assert stats is not None and stats.engine_runs == 1, (what, stats)
+    assert stats.python_tasks == 0 and stats.native_tasks > 0, (what, stats)
+
+
+def test_appends_run_in_the_engine(tmp_path: Path) -> None:
+    """`to_zarr(append_dim="time")` twice onto the ERA5-like dataset's first steps, written in
+    chunks of 4 steps: the first append (3 steps onto 5) fills the second half of a stored
+    chunk, which the engine merges; the second is aligned. No Python task; the result opens
+    with xarray and zarr-python equal to the whole dataset's."""
+    ds = _era5_v2_floats(tmp_path) * 2
+    path = tmp_path / "appended.zarr"
+    encoding = {name: {"chunks": (4, 19, 36)} for name in ds.data_vars}
+    with dask.config.set(scheduler=get):
+        ds.isel(time=slice(0, 5)).chunk({"time": 4}).to_zarr(
+            path, mode="w", encoding=encoding, consolidated=False
+        )
+        _assert_native_stores("first write")
+        ds.isel(time=slice(5, 8)).chunk({"time": 3}).to_zarr(
+            path, append_dim="time", consolidated=False
+        )
+        _assert_native_stores("unaligned append")
+        ds.isel(time=slice(8, None)).chunk({"time": 4}).to_zarr(
+            path, append_dim="time", consolidated=False
+        )
+        _assert_native_stores("aligned append")
+    want = ds.compute(scheduler="threads")
+    got = xr.open_zarr(path, consolidated=False).compute()
+    xr.testing.assert_identical(got, want)
+    group = zarr.open_group(str(path), mode="r")
+    for name, var in want.data_vars.items():
+        assert group[name].chunks == (4, 19, 36)
+        np.testing.assert_array_equal(group[name][:], var.values)
+        assert_no_partial_files(path / name)
+
+
+def test_region_writes_run_in_the_engine(tmp_path: Path) -> None:
+    """`to_zarr(region={"time": slice(...)})` of parts of a target made with
+    `compute=False`, the parts' edges inside stored chunks (of 4 steps): no Python task, and
+    the steps no region wrote stay missing (NaN, the fill value)."""
+    ds = _era5_v2_floats(tmp_path)
+    anomaly = (ds - ds.mean("time")).drop_vars(["latitude", "longitude"])
+    path = tmp_path / "regions.zarr"
+    encoding = {name: {"chunks": (4, 19, 36)} for name in anomaly.data_vars}
+    anomaly.chunk({"time": 4}).to_zarr(
+        path, mode="w", compute=False, encoding=encoding, consolidated=False
+    )
+    with dask.config.set(scheduler=get):
+        # Steps 2..9 in dask chunks that meet the stored chunks' edges (xarray's safe_chunks;
+        # mode="a" lets a region's edge chunks be written in part).
+        anomaly.isel(time=slice(2, 9)).chunk({"time": (2, 4, 1)}).to_zarr(
+            path, mode="a", region={"time": slice(2, 9)}, consolidated=False
+        )
+        _assert_native_stores("region 2..9")
+        anomaly.isel(time=slice(9, 12)).chunk({"time": (3,)}).to_zarr(
+            path, mode="a", region={"time": slice(9, 12)}, consolidated=False
+        )
+        _assert_native_stores("region 9..12")
+    want = anomaly.compute(scheduler="threads")
+    got = xr.open_zarr(path, consolidated=False).compute()
+    written = got.isel(time=slice(2, None))
+    xr.testing.assert_allclose(written, want.isel(time=slice(2, None)), rtol=1e-5, atol=1e-4)
+    for name in want.data_vars:
+        assert np.isnan(got[name].values[:2]).all(), name
+        stored = zarr.open_array(str(path / name), mode="r")[:]
+        np.testing.assert_allclose(stored[2:], want[name].values[2:], rtol=1e-5, atol=1e-4)
+        assert_no_partial_files(path / name)
+
+
+def test_store_into_regions_runs_in_the_engine(era5: Path, tmp_path: Path) -> None:
+    """`da.store(..., regions=...)` into boxes whose edges fall inside stored chunks, of a v2
+    and of a sharded v3 target, and two stores into boxes apart of one target: written by
+    the engine (no Python task), values as zarr-python reads them, nothing outside the boxes
+    changed. Stores into overlapping boxes stay in Python."""
+    t = da.from_zarr(str(era5), component="t2m")
+    u = da.from_zarr(str(era5), component="u10")
+    want_t = np.asarray(t.compute(scheduler="threads"))
+    want_u = np.asarray(u.compute(scheduler="threads"))
+    v2 = zarr.create_array(
+        str(tmp_path / "v2.zarr"),
+        shape=(60, 7, 12),
+        chunks=(10, 4, 12),
+        dtype="f4",
+        fill_value=-1,
+        zarr_format=2,
+    )
+    sharded = zarr.create_array(
+        str(tmp_path / "sharded.zarr"),
+        shape=(60, 7, 12),
+        chunks=(5, 7, 6),
+        shards=(10, 7, 12),
+        dtype="f4",
+        fill_value=-1,
+    )
+    sharded[:] = np.full((60, 7, 12), 3, dtype="f4")
+    da.store(
+        [t * 2, u + 1],
+        [v2, sharded],
+        regions=[
+            (slice(5, 53), slice(None), slice(None)),
+            (slice(7, 55), slice(None), slice(None)),
+        ],
+        scheduler=get,
+    )
+    _assert_native_stores("da.store with regions")
+    got = v2[:]
+    np.testing.assert_allclose(got[5:53], want_t * 2, rtol=1e-6)
+    assert (got[:5] == -1).all() and (got[53:] == -1).all()
+    got = sharded[:]
+    np.testing.assert_allclose(got[7:55], want_u + 1, rtol=1e-6)
+    assert (got[:7] == 3).all() and (got[55:] == 3).all()
+    for name in ("v2.zarr", "sharded.zarr"):
+        assert_no_partial_files(tmp_path / name)
+
+    # Two boxes of one target, apart: one engine write each, no chunk shared.
+    two = zarr.create_array(
+        str(tmp_path / "two.zarr"), shape=(100, 7, 12), chunks=(10, 7, 12), dtype="f4"
+    )
+    da.store(
+        [t[:8], u[:8]],
+        [two, two],
+        regions=[(slice(1, 9),), (slice(41, 49),)],
+        scheduler=get,
+    )
+    _assert_native_stores("two boxes of one target")
+    got = two[:]
+    np.testing.assert_allclose(got[1:9], want_t[:8], rtol=1e-6)
+    np.testing.assert_allclose(got[41:49], want_u[:8], rtol=1e-6)
+    assert (got[:1] == 0).all() and (got[9:41] == 0).all() and (got[49:] == 0).all()
+
+    # Stores into overlapping boxes are Dask's to order: they run in Python, with the values
+    # the engine computed.
+    target = zarr.create_array(
+        str(tmp_path / "o.zarr"), shape=(48, 7, 12), chunks=(10, 7, 12), dtype="f4"
+    )
+    da.store(
+        [t[:20], t[:20] + 1],
+        [target, target],
+        regions=[(slice(0, 20),), (slice(10, 30),)],
+        scheduler=get,
+    )
+    stats = last_stats()
+    assert stats is not None and stats.python_tasks > 0, stats
+    np.testing.assert_allclose(target[20:30], want_t[10:20] + 1, rtol=1e-6)
+
+
 class Boom(RuntimeError):
     pass
 

@@ -45,12 +45,14 @@ from .symbols import (
     Stored,
     Symbol,
     bounding,
+    chunk_span,
     flat_items,
     grid_items,
     in_grid_order,
     is_hashable,
     nones,
     store_box,
+    touching_groups,
     unwrap,
     with_values,
 )
@@ -629,8 +631,8 @@ class Interpreter(ReductionSteps):
         if not isinstance(x, Blk) or not isinstance(out, zarr.Array):
             raise NotNative("store of something else")
         url = zarr_array_url(out)
-        if url is None or out.shards is not None:
-            raise NotNative("store into a sharded array or one off local disk")
+        if url is None:
+            raise NotNative("store into an array off local disk")
         shape = tuple(out.shape)
         box = store_box(index, given.get("region"), shape)
         if [b - a for a, b in box] != [b - a for a, b in x.region]:
@@ -638,31 +640,66 @@ class Interpreter(ReductionSteps):
         full = x.full
         if np.dtype(out.dtype) != full.dtype:
             full = self._cast(full, np.dtype(out.dtype))
-        return Store(full, x.region, url, shape, box)
+        chunks = tuple(out.shards if out.shards is not None else out.chunks)
+        return Store(full, x.region, url, shape, box, chunks)
 
-    def stored_array(self, parts: list[Store]) -> Blk:
-        """The values the stores into one array write, as one block of the target's shape:
-        one array's blocks written where they are, or the blocks joined as the target's
-        boxes lie (blocks of several arrays: a `da.concatenate` rechunked before writing)."""
+    def stored_array(self, parts: list[Store]) -> tuple[Region, Blk]:
+        """The box of their target that the stores into one array tile, and the values they
+        write there as one block of the box's shape: one array's blocks written where they
+        lie relative to each other, or the blocks joined as their boxes lie (blocks of
+        several arrays: a `da.concatenate` rechunked before writing). NotNative when the
+        boxes overlap, leave holes or do not form a grid."""
         first = parts[0]
-        if all(p.full == first.full and p.region == p.box for p in parts):
-            if first.full.shape == first.shape:
-                return Blk(first.full, tuple((0, n) for n in first.shape))
-        starts = [sorted({p.box[d][0] for p in parts}) for d in range(len(first.shape))]
-        grid: dict[tuple[int, ...], Blk] = {}
+        rank = len(first.shape)
+        starts = [sorted({p.box[d][0] for p in parts}) for d in range(rank)]
+        box = tuple((starts[d][0], max(p.box[d][1] for p in parts)) for d in range(rank))
+        grid: dict[tuple[int, ...], Store] = {}
         for p in parts:
-            at = tuple(starts[d].index(p.box[d][0]) for d in range(len(first.shape)))
-            grid[at] = Blk(p.full, p.region)
+            at = tuple(starts[d].index(p.box[d][0]) for d in range(rank))
+            for d, k in enumerate(at):
+                end = starts[d][k + 1] if k + 1 < len(starts[d]) else box[d][1]
+                if p.box[d][1] != end:
+                    raise NotNative("stores that do not tile a box of their target")
+            if grid.setdefault(at, p) is not p:
+                raise NotNative("stores that overlap")
         counts = [len(s) for s in starts]
-        if len(grid) != int(np.prod(counts)):
-            raise NotNative("stores that do not tile their target")
+        if len(grid) != math.prod(counts):
+            raise NotNative("stores that do not tile a box of their target")
+        # One array's values, each written at the same offset from where it lies.
+        shifts = {tuple(r[0] - b[0] for r, b in zip(p.region, p.box, strict=True)) for p in parts}
+        if len(shifts) == 1 and all(p.full == first.full for p in parts):
+            (shift,) = shifts
+            region = tuple((a + o, b + o) for (a, b), o in zip(box, shift, strict=True))
+            return box, Blk(first.full, region)
 
         def nest(prefix: tuple[int, ...]) -> Any:
             if len(prefix) == len(counts):
-                return grid[prefix]
+                p = grid[prefix]
+                return Blk(p.full, p.region)
             return [nest((*prefix, i)) for i in range(counts[len(prefix)])]
 
-        return self._tiled(nest(()), 0)
+        return box, self._tiled(nest(()), 0)
+
+    def stored_boxes(self, parts: list[Store]) -> list[tuple[Region, Blk]]:
+        """The boxes of their target that the stores into one array fill, each with the
+        values written there (see `stored_array`): the one box they tile, or else boxes
+        apart, each tiled by the stores that touch it, no two reaching into one stored
+        chunk (each chunk has one writer). NotNative when the stores fill no such boxes."""
+        try:
+            return [self.stored_array(parts)]
+        except NotNative:
+            groups = touching_groups([p.box for p in parts])
+            if len(groups) == 1:
+                raise
+        boxes = [self.stored_array([parts[i] for i in g]) for g in groups]
+        spans = [chunk_span(box, parts[0].chunks) for box, _ in boxes]
+        for i, a in enumerate(spans):
+            for b in spans[:i]:
+                if all(
+                    lo1 <= hi2 and lo2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True)
+                ):
+                    raise NotNative("stores into boxes apart that share a stored chunk")
+        return boxes
 
     def _cast(self, full: Full, dtype: np.dtype) -> Full:
         key = ("astype", full.root, dtype.str)
@@ -1159,24 +1196,23 @@ def _stores_of(sym: Symbol) -> tuple[Store, ...]:
 def _demote_partial_stores(
     graph: Mapping[Hashable, Any], symbols: dict[Hashable, Symbol], interp: Interpreter
 ) -> None:
-    """Takes out of `symbols` the stores into targets that the graph's stores do not cover
-    whole, or tile in no way the engine can join (xarray's `region=` and `append_dim` writes,
-    `da.store(..., regions=...)`), and every symbol that reads one: the engine writes whole
-    arrays, so those stores run Dask's `load_store_chunk` in Python. What they store is still
-    computed by the engine (a fused store task keeps its native steps, as `native_prefix`
-    finds them)."""
+    """Takes out of `symbols` the stores into targets that the engine cannot write as one
+    box (stores that overlap, leave holes or do not form a grid of boxes), and every symbol
+    that reads one: those stores run Dask's `load_store_chunk` in Python. What they store is
+    still computed by the engine (a fused store task keeps its native steps, as
+    `native_prefix` finds them). Stores tiling a box of their target (xarray's `region=` and
+    `append_dim` writes, `da.store(..., regions=...)`) stay: the engine writes the box."""
     by_url: dict[str, dict[Region, Store]] = {}
+    doubled: set[str] = set()
     for sym in symbols.values():
         for st in _stores_of(sym):
-            by_url.setdefault(st.url, {})[st.box] = st
-    partial: set[str] = set()
+            boxes = by_url.setdefault(st.url, {})
+            if boxes.setdefault(st.box, st) != st:
+                doubled.add(st.url)  # two stores into one box
+    partial: set[str] = set(doubled)
     for url, boxes in by_url.items():
-        parts = list(boxes.values())
-        covered = sum(math.prod(b - a for a, b in p.box) for p in parts)
         try:
-            if covered != math.prod(parts[0].shape):
-                raise NotNative("stores that do not cover their target")
-            interp.stored_array(parts)
+            interp.stored_boxes(list(boxes.values()))
         except NotNative:
             partial.add(url)
     if not partial:
@@ -1266,15 +1302,21 @@ def _compute(
         url = f"{tmp}/{i}.zarr"
         scratch[root] = (full, url)
         writes.append((full, url, _scratch_chunks(full), {"name": "none"}, None))
+    # Where each write into part of its target starts (by the write's place in `writes`);
+    # a target may take several writes, into boxes apart.
+    regions: dict[int, list[int]] = {}
     for url, parts in stores.items():
-        # Each target's stores cover it whole (`_demote_partial_stores`).
+        # Each target's stores tile a box of it (`_demote_partial_stores`).
         shape = parts[0].shape
-        whole = interp.stored_array(parts)
-        full = whole.full
-        if whole.region != tuple((0, n) for n in full.shape):
-            full = interp._region_of(whole)
-        writes.append((full, url, shape, None, None))
+        for box, values in interp.stored_boxes(list({p.box: p for p in parts}.values())):
+            if box != tuple((0, n) for n in shape):
+                regions[len(writes)] = [a for a, _ in box]
+            writes.append((interp._region_of(values), url, shape, None, None))
     plan = b.plan("dask", writes)
+    for op in plan["ops"]:
+        i = _write_index(op)
+        if i in regions:
+            op["region"] = regions[i]
     summary = chunkfuse.run_plan(
         plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False, device=device
     )
@@ -1296,6 +1338,13 @@ def _compute(
         else:
             values[key] = None
     return values, summary["gpu_blocks"]
+
+
+def _write_index(op: dict[str, Any]) -> int | None:
+    """The place in the builder's `writes` of the plan's write op `op` (`write.<i>`)."""
+    if op.get("op") != "write":
+        return None
+    return int(str(op["id"]).rsplit(".", 1)[-1])
 
 
 def _scratch_chunks(full: Full) -> tuple[int, ...]:

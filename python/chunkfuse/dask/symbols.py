@@ -79,13 +79,14 @@ class Filled:
 @dataclass(frozen=True)
 class Store:
     """`full` over `region` written into box `box` of the zarr array of `shape` at `url`
-    (Dask's `load_store_chunk`)."""
+    (Dask's `load_store_chunk`), whose stored chunks (shards when sharded) are `chunks`."""
 
     full: Full
     region: Region
     url: str
     shape: tuple[int, ...]
     box: Region
+    chunks: tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,6 +149,33 @@ def store_box(index: Any, region: Any, shape: tuple[int, ...]) -> Region:
     outer = unit_box(region + (slice(None),) * (len(shape) - len(region)), shape)
     inner = unit_box(index, tuple(b - a for a, b in outer))
     return tuple((a + lo, a + hi) for (a, _), (lo, hi) in zip(outer, inner, strict=True))
+
+
+def touching_groups(boxes: list[Region]) -> list[list[int]]:
+    """The indices of `boxes` in groups of boxes that touch (overlap or share a face, edge or
+    corner), directly or through others of the group."""
+    parent = list(range(len(boxes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(boxes):
+        for j in range(i):
+            b = boxes[j]
+            if all(lo1 <= hi2 and lo2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b, strict=True)):
+                parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(boxes)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def chunk_span(box: Region, chunks: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The stored chunks (first and last index along each axis) that `box` reaches into."""
+    return tuple((a // c, (max(a, b - 1)) // c) for (a, b), c in zip(box, chunks, strict=True))
 
 
 def bounding(regions: list[Region]) -> Region:
