@@ -15,6 +15,7 @@ Results are checked too, so a run cannot stay small by skipping work.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -441,6 +442,161 @@ def test_a_budget_too_small_for_one_task_is_refused(
         result.stderr,
     ), result.describe()
     assert not target.exists()
+
+
+# --- Budgets are monotone (issue 34) ----------------------------------------------------------
+#
+# A budget that runs a plan runs it at every larger budget too, within the guarantee. A larger
+# budget affords more threads (one per 8 MiB), so more of a reduction's groups in flight, whose
+# partial results wait to be merged, and more of the budget set aside for the threads' own
+# memory: neither may turn a run into a refusal. (Sums and means were refused at 17-19 MB and
+# variances at 17-32 MB on the ERA5-like array below, though each ran at 16 MB.)
+
+REDUCTIONS: dict[str, Callable[..., np.ndarray]] = {
+    "sum": np.sum,
+    "mean": np.mean,
+    "var": np.var,
+    "max": np.max,
+}
+
+
+def reduce_plan(func: str, source: Path, target: Path) -> dict[str, Any]:
+    """func((x + 1) * 2, axis=0)."""
+    return {
+        "name": f"budget-sweep-{func}",
+        "arrays": [{"id": "x", "zarr": str(source)}],
+        "ops": [
+            {
+                "id": "y",
+                "op": "elementwise",
+                "inputs": ["x"],
+                "expr": {
+                    "op": "multiply",
+                    "args": [{"op": "add", "args": [{"input": 0}, {"const": 1}]}, {"const": 2}],
+                },
+            },
+            {"id": "r", "op": "reduce", "input": "y", "func": func, "axes": [0]},
+            {"id": "out", "op": "write", "input": "r", "target": str(target)},
+        ],
+    }
+
+
+def sweep_budgets(
+    cli: Cli,
+    source: Path,
+    plan_of: Callable[[Path], dict[str, Any]],
+    want: np.ndarray,
+    budgets_mb: range,
+    tmp_path: Path,
+) -> list[int]:
+    """Runs the plan `plan_of(target)` makes at each budget (MB) on 16 threads asked; checks
+    every refusal names a need larger than the budget for tasks, every run's values (`want`,
+    numpy's) and peak RSS (the guarantee), and that no budget above the smallest admitted one
+    is refused. Returns the budgets admitted."""
+    baseline = min(cli("info", source, "--json", measure_rss=True).peak_rss for _ in range(2))
+    admitted, refused = [], []
+    for mb in budgets_mb:
+        target = tmp_path / f"out-{mb}.zarr"
+        plan = cli.write_plan(plan_of(target))
+        args = ["run", plan, "--max-mem", f"{mb}MB", "--threads", "16", "--json"]
+        args += ["--work-dir", tmp_path / "work"]
+        result = cli(*args, expect_rc=None, timeout=60, measure_rss=True)
+        if result.returncode != 0:
+            found = re.search(
+                r"needs ([\d.]+) MiB.* but the budget for tasks is ([\d.]+) MiB", result.stderr
+            )
+            assert found, result.describe()
+            # (Both rounded to 0.1 MiB.)
+            assert float(found[1]) >= float(found[2]), result.describe()
+            assert not target.exists()
+            refused.append(mb)
+            continue
+        summary = result.json()
+        limit = summary["max_mem"] + baseline + SMALL_BUDGET_SLACK
+        label = (
+            f"{summary['plan']} at {mb}MB ({summary['threads']} threads): peak RSS "
+            f"{result.peak_rss / MIB:.1f} MiB, limit {limit / MIB:.1f} MiB"
+        )
+        assert result.peak_rss < limit, label
+        out = np.asarray(open_zarr(target)[...])
+        assert out.shape == want.shape, label
+        np.testing.assert_allclose(
+            out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), err_msg=label
+        )
+        admitted.append(mb)
+    assert admitted, f"every budget refused ({list(budgets_mb)} MB)"
+    after = [mb for mb in refused if mb > min(admitted)]
+    assert not after, f"admitted at {min(admitted)}MB, refused at {after} MB"
+    return admitted
+
+
+def sweep_reduction(
+    cli: Cli, source: Path, func: str, budgets_mb: range, tmp_path: Path
+) -> list[int]:
+    """`sweep_budgets` of func((x + 1) * 2, axis=0) over `source`."""
+    x = np.asarray(open_zarr(source)[...]).astype(np.float64)
+    want = REDUCTIONS[func]((x + 1) * 2, axis=0)
+    return sweep_budgets(
+        cli, source, lambda t: reduce_plan(func, source, t), want, budgets_mb, tmp_path
+    )
+
+
+@pytest.mark.parametrize("func", list(REDUCTIONS))
+def test_a_larger_budget_never_refuses_a_reduction(
+    cli: Cli, small_era5: Path, tmp_path: Path, func: str
+) -> None:
+    """Budgets from below the smallest task to four threads' worth, MB by MB."""
+    admitted = sweep_reduction(cli, small_era5, func, range(8, 34), tmp_path)
+    assert max(admitted) == 33
+
+
+@pytest.fixture(scope="module")
+def thread_step_array(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """(8, 600, 700) float32 in one chunk per time step: its sum's task needs about 12.8 MiB,
+    which a 16MB budget holds on one thread and a 17MB one does not on two (the second
+    thread's 2 MiB are set aside)."""
+    path = tmp_path_factory.mktemp("thread-step") / "x.zarr"
+    values = np.random.default_rng(11).standard_normal((8, 600, 700), dtype=np.float32)
+    arr = zarr.create_array(store=str(path), shape=values.shape, chunks=(1, 600, 700), dtype="f4")
+    arr[:] = values
+    return path
+
+
+def test_a_budget_that_affords_another_thread_runs_what_it_ran_without(
+    cli: Cli, thread_step_array: Path, tmp_path: Path
+) -> None:
+    """Where a task fits the budget only without another thread's overhead set aside, the
+    run takes fewer threads rather than being refused."""
+    admitted = sweep_reduction(cli, thread_step_array, "sum", range(12, 23), tmp_path)
+    assert 17 in admitted
+
+
+@pytest.fixture(scope="module")
+def era5_72(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """72 ERA5-like time steps of 1 MB: more than one 64 MiB group of a reduction over time
+    on one thread, so the groups' partial results wait to be merged."""
+    path = tmp_path_factory.mktemp("era5-72") / "era5.zarr"
+    args = ["--time", "72", "--lat", "361", "--lon", "720"]
+    subprocess.run([sys.executable, MAKE_ERA5, path, *args], check=True, capture_output=True)
+    return path
+
+
+def test_chunks_kept_for_a_later_stage_leave_room_for_partial_results(
+    cli: Cli, era5_72: Path, tmp_path: Path
+) -> None:
+    """x - x.mean(axis=0): the mean's stage keeps x's chunks for the subtraction within the
+    room its tasks leave, the partial results of its groups included. (Counting the tasks
+    alone, the kept chunks took the bytes the last group waited for, and 14-16 MB runs hung.)"""
+    plan = json.loads((PLANS / "era5-anomaly.json").read_text())
+    plan["ops"][-1] = {"id": "out", "op": "write", "input": "a", "target": "${target}"}
+    x = np.asarray(open_zarr(era5_72)[...]).astype(np.float64)
+    want = x - x.mean(axis=0, keepdims=True)
+
+    def plan_of(target: Path) -> dict[str, Any]:
+        text = json.dumps(plan).replace("${source}", str(era5_72))
+        return json.loads(text.replace("${target}", str(target)))
+
+    sweep_budgets(cli, era5_72, plan_of, want, range(12, 19), tmp_path)
 
 
 # --- Budgets from Python: text as Cubed writes it, and refusals --------------------------------

@@ -406,12 +406,16 @@ fn compute_stage_name(label: &str, block: &[u64]) -> String {
 }
 
 /// The tasks of one stage and its description. `task_share` is what one reduce task may hold
-/// (it decides how many pieces a task folds together); `workers` run the tasks at once.
+/// (it decides how many pieces a task folds together), `task_budget` what the stage's tasks
+/// may reserve in all (a reduction splits its inputs into no more groups than it fits);
+/// `workers` run the tasks at once.
+#[allow(clippy::too_many_arguments)]
 fn stage_tasks(
     stage: &Stage,
     arrays: &Arc<Vec<Arc<ZarrArray>>>,
     batch_limit: u64,
     task_share: u64,
+    task_budget: u64,
     workers: usize,
     placement: &Placement,
 ) -> Result<(String, Vec<crate::exec::Task>)> {
@@ -475,6 +479,7 @@ fn stage_tasks(
                 },
                 label,
                 task_share,
+                task_budget,
                 workers,
             )?,
         ),
@@ -571,36 +576,143 @@ impl Engine {
         }
     }
 
+    /// Bytes of one read batch.
+    fn batch_limit(&self) -> u64 {
+        (self.max_mem / 16).max(1)
+    }
+
+    /// Tasks that run at once: one per compute thread.
+    fn workers(&self) -> usize {
+        self.scheduler.threads().max(1)
+    }
+
+    /// What one reduce task may hold to fold several pieces per pass over its accumulator:
+    /// room for two tasks per thread.
+    fn task_share(&self) -> u64 {
+        (self.task_budget / (2 * self.workers() as u64)).max(2 * self.batch_limit())
+    }
+
+    /// What tasks could reserve were the run on `threads` compute threads instead: each
+    /// thread sets its overhead aside (see [`crate::exec::memory::thread_overhead`]).
+    fn task_budget_on(&self, threads: usize) -> u64 {
+        let pool_bytes = (self.max_mem / 8).min(256 << 20);
+        self.max_mem
+            .saturating_sub(pool_bytes)
+            .saturating_sub(crate::exec::memory::thread_overhead(self.max_mem, threads))
+            .saturating_sub(self.placement.host_bytes(threads))
+    }
+
     /// The error for a task that cannot fit the budget, or Ok. A task must fit together with
     /// the state other tasks of its stage may hold while it waits to start (a reduction's
     /// partial results waiting to be merged): were it larger, it would wait for bytes that
     /// only its own run frees.
     pub fn check_fits(&self, tasks: &[crate::exec::task::Task]) -> Result<()> {
-        let need = |t: &crate::exec::task::Task| t.memory + t.processor.held_by_others();
-        if let Some(t) = tasks.iter().max_by_key(|t| need(t)) {
-            if need(t) > self.task_budget {
-                let held = t.processor.held_by_others();
-                return Err(Error::new(
-                    crate::error::ErrorKind::Memory,
-                    format!(
-                        "{} needs {}{} but the budget for tasks is {} (of --max-mem {}); raise \
-                         --max-mem or use smaller chunks",
-                        t.label,
-                        crate::exec::memory::human_bytes(need(t)),
-                        match held {
-                            0 => String::new(),
-                            h => format!(
-                                " ({} of it held by partial results of other tasks)",
-                                crate::exec::memory::human_bytes(h)
-                            ),
-                        },
-                        crate::exec::memory::human_bytes(self.task_budget),
-                        crate::exec::memory::human_bytes(self.max_mem)
+        match self.misfit(tasks) {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The largest of `tasks` when it cannot fit the budget (see [`Engine::check_fits`]):
+    /// the bytes it needs and the error naming it.
+    fn misfit(&self, tasks: &[crate::exec::task::Task]) -> Option<(u64, Error)> {
+        let t = tasks.iter().max_by_key(|t| task_need(t))?;
+        let need = task_need(t);
+        if need <= self.task_budget {
+            return None;
+        }
+        let held = t.processor.held_by_others();
+        let error = Error::new(
+            crate::error::ErrorKind::Memory,
+            format!(
+                "{} needs {}{} but the budget for tasks is {} (of --max-mem {}); raise \
+                 --max-mem or use smaller chunks",
+                t.label,
+                crate::exec::memory::human_bytes(need),
+                match held {
+                    0 => String::new(),
+                    h => format!(
+                        " ({} of it held by partial results of other tasks)",
+                        crate::exec::memory::human_bytes(h)
                     ),
-                ));
+                },
+                crate::exec::memory::human_bytes(self.task_budget),
+                crate::exec::memory::human_bytes(self.max_mem)
+            ),
+        );
+        Some((need, error))
+    }
+
+    /// The physical plan of `graph` for this engine's budget and threads, and its largest
+    /// task that cannot fit the budget, if any (see [`Engine::misfit`]), found with
+    /// in-memory stand-ins before anything is created on disk.
+    fn plan_checked(
+        &self,
+        graph: &Graph,
+        io_threads: usize,
+    ) -> Result<(stages::PhysicalPlan, Option<(u64, Error)>)> {
+        let (task_budget, batch_limit, workers) =
+            (self.task_budget, self.batch_limit(), self.workers());
+        let physical = stages::plan(
+            graph,
+            PlanOptions {
+                budget: task_budget,
+                threads: self.scheduler.threads(),
+                batch_bytes: batch_limit,
+            },
+        )?;
+        let (stand_ins, _) = open_materials(&physical.materials, io_threads, None, None)?;
+        for stage in &physical.stages {
+            // A stage read in bands was checked against the budget band by band.
+            if banded_stage(stage, &stand_ins, task_budget, batch_limit, workers)?.is_some() {
+                continue;
+            }
+            let (_, tasks) = stage_tasks(
+                stage,
+                &stand_ins,
+                batch_limit,
+                self.task_share(),
+                task_budget,
+                workers,
+                &Placement::Cpu,
+            )?;
+            if let Some(misfit) = self.misfit(&tasks) {
+                return Ok((physical, Some(misfit)));
             }
         }
-        Ok(())
+        Ok((physical, None))
+    }
+}
+
+/// The bytes `t` needs of the budget: its own, and what other tasks of its stage may hold
+/// while it waits to start.
+fn task_need(t: &crate::exec::task::Task) -> u64 {
+    t.memory + t.processor.held_by_others()
+}
+
+/// The engine of a run and the physical plan it runs, every task of which fits the budget.
+/// The run takes as many compute threads as the budget affords; where a task does not fit
+/// beside what those threads set aside, it takes as many fewer as that task needs (or one),
+/// so a budget never refuses a plan that a smaller budget, affording fewer threads, runs.
+/// When not even one thread fits, the refusal names the task and the bytes it needs.
+fn fitting_engine(graph: &Graph, opts: &RunOptions) -> Result<(Engine, stages::PhysicalPlan)> {
+    let mut opts = opts.clone();
+    loop {
+        let engine = Engine::new(&opts)?;
+        let (physical, misfit) = engine.plan_checked(graph, opts.io_threads)?;
+        let Some((need, error)) = misfit else {
+            return Ok((engine, physical));
+        };
+        let threads = engine.scheduler.threads();
+        if threads <= 1 {
+            return Err(error);
+        }
+        opts.threads = (1..threads)
+            .rev()
+            .find(|&t| engine.task_budget_on(t) >= need)
+            .unwrap_or(1);
+        // The next engine's budget lends to the buffer pool once this one has stopped.
+        drop(engine);
     }
 }
 
@@ -608,41 +720,10 @@ impl Engine {
 pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
     let started = Instant::now();
     let graph = Graph::build(plan, opts.io_threads)?;
-    let engine = Engine::new(opts)?;
+    let (engine, physical) = fitting_engine(&graph, opts)?;
     let (progress, task_budget) = (engine.progress.clone(), engine.task_budget);
-    let batch_limit = (engine.max_mem / 16).max(1);
-    // Room for two tasks per thread: reductions fold several pieces per pass over their
-    // accumulator only when a task may hold them.
-    let workers = engine.scheduler.threads().max(1);
-    let threads = workers as u64;
-    let task_share = (task_budget / (2 * threads)).max(2 * batch_limit);
-    let physical = stages::plan(
-        &graph,
-        PlanOptions {
-            budget: task_budget,
-            threads: engine.scheduler.threads(),
-            batch_bytes: batch_limit,
-        },
-    )?;
-    // Every task must fit the budget: check with in-memory stand-ins before anything is
-    // created on disk.
-    let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
-    for stage in &physical.stages {
-        // A stage read in bands was checked against the budget band by band.
-        if banded_stage(stage, &stand_ins, task_budget, batch_limit, workers)?.is_some() {
-            continue;
-        }
-        let (_, tasks) = stage_tasks(
-            stage,
-            &stand_ins,
-            batch_limit,
-            task_share,
-            workers,
-            &Placement::Cpu,
-        )?;
-        engine.check_fits(&tasks)?;
-    }
-    drop(stand_ins);
+    let (batch_limit, workers) = (engine.batch_limit(), engine.workers());
+    let task_share = engine.task_share();
     // Create targets and intermediates (validation has passed).
     // A target belongs to the job (the plan over its sources); intermediates belong to one
     // physical plan of it (budget and threads shape them), so their directory names both.
@@ -744,13 +825,17 @@ pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {
                         &arrays,
                         batch_limit,
                         task_share,
+                        task_budget,
                         workers,
                         &engine.placement,
                     )
                 };
                 let (mut name, mut tasks) = tasks_of()?;
+                // The most a task needs of the budget, the partial results of its reduction
+                // it waits beside included: what chunks kept or loaded for the stage must
+                // leave room for, or the task would wait for bytes they never free.
                 let largest_of = |tasks: &[crate::exec::task::Task]| {
-                    tasks.iter().map(|t| t.memory).max().unwrap_or(0)
+                    tasks.iter().map(task_need).max().unwrap_or(0)
                 };
                 let cached_bytes = |caching: &[(usize, usize)]| -> u64 {
                     caching

@@ -557,7 +557,74 @@ fn group_sizes(pieces: usize, per_group: usize, later: usize, workers: usize) ->
     sizes
 }
 
-/// The tasks of a reduce stage, for `workers` running them at once.
+/// What the tasks of one output chunk's reduction reserve, and what they may wait beside.
+#[derive(Debug, Clone, Copy)]
+struct GroupBytes {
+    /// A task that folds one piece at a time: its accumulator, two pieces read ahead, the
+    /// piece being folded and the output.
+    one_piece: u64,
+    /// What each further piece folded together adds.
+    per_piece: u64,
+    /// One group's partial result, held from its end until it is merged.
+    acc: u64,
+}
+
+impl GroupBytes {
+    /// A task that folds `fold` pieces together.
+    fn memory(&self, fold: usize) -> u64 {
+        self.one_piece + (fold.max(1) as u64 - 1) * self.per_piece
+    }
+
+    /// The most that the other groups' partial results hold while a task of a reduction in
+    /// `groups` groups waits to start (see [`ReduceProcessor::held_by_others`]).
+    fn held(&self, groups: usize) -> u64 {
+        groups.saturating_sub(1).min(2) as u64 * self.acc
+    }
+}
+
+/// The sizes of the groups one output chunk's pieces are folded in and how many pieces each
+/// task folds together, so that every task fits `budget` together with the partial results
+/// it may wait beside: `preferred` and `fold` when they do; else fewer pieces folded
+/// together and, when even one at a time does not fit beside two partial results, fewer
+/// groups (two hold one partial result while the second waits, one holds none). One group
+/// folding one piece at a time is the least any budget can run, the same whatever the budget
+/// or the number of workers; when even that does not fit, it is what the budget check
+/// refuses, with the bytes it needs.
+fn fit_groups(
+    preferred: Vec<usize>,
+    fold: usize,
+    bytes: GroupBytes,
+    budget: u64,
+) -> (Vec<usize>, usize) {
+    let fits = |fold: usize, groups: usize| bytes.memory(fold) + bytes.held(groups) <= budget;
+    if fits(fold, preferred.len()) {
+        return (preferred, fold);
+    }
+    let pieces: usize = preferred.iter().sum();
+    let most = (1..=preferred.len().min(3))
+        .rev()
+        .find(|&n| fits(1, n))
+        .unwrap_or(1);
+    let sizes = match most {
+        // Three groups or more hold at most two partial results: any number fits.
+        3 => preferred,
+        n if n >= preferred.len() => preferred,
+        n => (0..n)
+            .map(|i| pieces / n + usize::from(i < pieces % n))
+            .collect(),
+    };
+    let fold = (1..=fold.max(1))
+        .rev()
+        .find(|&f| fits(f, sizes.len()))
+        .unwrap_or(1);
+    (sizes, fold)
+}
+
+/// The tasks of a reduce stage, for `workers` running them at once. `max_task_bytes` is the
+/// share of the budget one task may take to fold several pieces together; `budget` is what
+/// the stage's tasks may reserve in all, which each must fit together with the partial
+/// results of other groups it waits beside (see [`fit_groups`]).
+#[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
     arrays: Arc<Vec<Arc<ZarrArray>>>,
@@ -565,6 +632,7 @@ pub fn tasks(
     params: ReduceParams,
     label: &str,
     max_task_bytes: u64,
+    budget: u64,
     workers: usize,
 ) -> Result<Vec<Task>> {
     let params = Arc::new(params);
@@ -606,19 +674,6 @@ pub fn tasks(
             .max()
             .unwrap_or(0);
         let per_group = (GROUP_BYTES / piece_bytes).clamp(1, reads.len().max(1) as u64) as usize;
-        let groups: Vec<Vec<RegionRead>> = if reads.is_empty() {
-            vec![Vec::new()]
-        } else {
-            let mut rest = reads.as_slice();
-            group_sizes(reads.len(), per_group, later, workers)
-                .into_iter()
-                .map(|size| {
-                    let (group, tail) = rest.split_at(size);
-                    rest = tail;
-                    group.to_vec()
-                })
-                .collect()
-        };
         let out_bytes = out_region.len() * out.dtype().size() as u64;
         let acc_len = out_region.len() as usize;
         let state_bytes =
@@ -634,6 +689,33 @@ pub fn tasks(
         // Fold several pieces together when their buffers fit a share of the budget.
         let share = max_task_bytes.saturating_sub(acc_bytes + 2 * piece_read + 2 * out_bytes);
         let fold_every = fold_count(folded_bytes, piece_bytes, share, workers);
+        // Accumulator + two pieces read ahead + the pending pieces' leaf buffers (or the
+        // decoded chunks they are read in, see `Assembler::reading_in_place`) + output.
+        let bytes = GroupBytes {
+            one_piece: acc_bytes + 2 * piece_read + piece_bytes.max(piece_read) + 2 * out_bytes,
+            per_piece: piece_bytes.max(piece_read),
+            acc: acc_bytes,
+        };
+        let (sizes, fold_every) = fit_groups(
+            group_sizes(reads.len(), per_group, later, workers),
+            fold_every,
+            bytes,
+            budget,
+        );
+        let memory = bytes.memory(fold_every);
+        let groups: Vec<Vec<RegionRead>> = if reads.is_empty() {
+            vec![Vec::new()]
+        } else {
+            let mut rest = reads.as_slice();
+            sizes
+                .into_iter()
+                .map(|size| {
+                    let (group, tail) = rest.split_at(size);
+                    rest = tail;
+                    group.to_vec()
+                })
+                .collect()
+        };
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
             encode_threads: if output_chunks == 1 { workers } else { 1 },
@@ -654,12 +736,6 @@ pub fn tasks(
             if g == 0 {
                 Accumulator::new(params.func, fused.dtype(), 0)?;
             }
-            // Accumulator + two pieces read ahead + the pending pieces' leaf buffers (or the
-            // decoded chunks they are read in, see `Assembler::reading_in_place`) + output.
-            let memory = acc_bytes
-                + 2 * piece_read
-                + fold_every as u64 * piece_bytes.max(piece_read)
-                + 2 * out_bytes;
             tasks.push(Task {
                 label: format!("{label}: output chunk {idx:?}, group {g}"),
                 memory,
@@ -690,7 +766,7 @@ pub fn tasks(
 
 #[cfg(test)]
 mod tests {
-    use super::{group_sizes, GroupResult, Merge};
+    use super::{fit_groups, group_sizes, GroupBytes, GroupResult, Merge};
     use crate::array::DType;
     use crate::kernels::cascade::PartialSums;
     use crate::kernels::Accumulator;
@@ -777,6 +853,85 @@ mod tests {
             let sizes = group_sizes(pieces, per_group, later, workers);
             assert_eq!(sizes.iter().sum::<usize>(), pieces);
             assert!(sizes.iter().all(|&s| (1..=per_group).contains(&s)));
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// An ERA5-like sum over time: 48 one-step pieces of 1 MiB into an accumulator of 3 MiB.
+    const ERA5_SUM: GroupBytes = GroupBytes {
+        one_piece: 8 * MIB,
+        per_piece: MIB,
+        acc: 3 * MIB,
+    };
+
+    #[test]
+    fn the_preferred_groups_stay_where_they_fit_beside_two_partial_results() {
+        let preferred = group_sizes(48, 48, 0, 2);
+        assert_eq!(preferred, vec![24, 12, 6, 3, 2, 1]);
+        let (sizes, fold) = fit_groups(preferred.clone(), 3, ERA5_SUM, 16 * MIB);
+        assert_eq!((sizes, fold), (preferred.clone(), 3));
+        // Room for two partial results beside a task folding one piece, not three pieces.
+        let (sizes, fold) = fit_groups(preferred.clone(), 3, ERA5_SUM, 15 * MIB);
+        assert_eq!((sizes, fold), (preferred, 2));
+    }
+
+    #[test]
+    fn a_budget_that_holds_fewer_partial_results_gets_fewer_groups() {
+        let preferred = group_sizes(48, 48, 0, 2);
+        // One partial result beside a task: two groups, halves of the pieces.
+        let (sizes, fold) = fit_groups(preferred.clone(), 1, ERA5_SUM, 13 * MIB);
+        assert_eq!((sizes, fold), (vec![24, 24], 1));
+        // None: one group.
+        let (sizes, fold) = fit_groups(preferred.clone(), 4, ERA5_SUM, 10 * MIB);
+        assert_eq!((sizes, fold), (vec![48], 3));
+        // Not even one task: one group folding one piece at a time, what the check refuses.
+        let (sizes, fold) = fit_groups(preferred, 4, ERA5_SUM, 4 * MIB);
+        assert_eq!((sizes, fold), (vec![48], 1));
+        // Odd counts split as evenly as they go, first groups larger.
+        let (sizes, _) = fit_groups(group_sizes(7, 2, 0, 1), 1, ERA5_SUM, 12 * MIB);
+        assert_eq!(sizes, vec![4, 3]);
+    }
+
+    #[test]
+    fn every_budget_that_holds_one_task_fits_every_task_of_its_layout() {
+        let shapes = [
+            GroupBytes {
+                one_piece: 8 * MIB,
+                per_piece: MIB,
+                acc: 3 * MIB,
+            },
+            GroupBytes {
+                one_piece: 11 * MIB,
+                per_piece: MIB,
+                acc: 6 * MIB,
+            },
+            GroupBytes {
+                one_piece: 5 * MIB,
+                per_piece: 2 * MIB,
+                acc: 0,
+            },
+        ];
+        for bytes in shapes {
+            for (pieces, per_group, later, workers) in
+                [(48, 48, 0, 2), (200, 64, 0, 16), (5, 1, 9, 3)]
+            {
+                for budget in (1..64).map(|m| m * MIB / 2) {
+                    for fold in [1, 3, 8] {
+                        let preferred = group_sizes(pieces, per_group, later, workers);
+                        let (sizes, f) = fit_groups(preferred.clone(), fold, bytes, budget);
+                        assert_eq!(sizes.iter().sum::<usize>(), pieces);
+                        assert!(sizes.iter().all(|&s| s > 0) && (1..=fold).contains(&f));
+                        assert!(sizes.len() <= preferred.len());
+                        let need = bytes.memory(f) + bytes.held(sizes.len());
+                        if bytes.memory(1) <= budget {
+                            assert!(need <= budget, "{bytes:?} at {budget}: {sizes:?}, {f}");
+                        } else {
+                            assert_eq!((sizes.len(), need), (1, bytes.memory(1)));
+                        }
+                    }
+                }
+            }
         }
     }
 
