@@ -38,9 +38,24 @@ pub fn block_chunks(input: &ChunkGrid, output: &ChunkGrid) -> Vec<u64> {
         .map(|(i, o)| {
             let l = block_len(i, o);
             let c = o.max_size().max(1);
-            l.div_ceil(c).max(1)
+            if chained(i, o, l) {
+                // Blocks as long as the input's largest chunk decode each input chunk at
+                // most twice, and keep the tasks many.
+                i.max_size().div_ceil(c).max(1)
+            } else {
+                l.div_ceil(c).max(1)
+            }
         })
         .collect()
+}
+
+/// True when splits `input` and `output` never line up inside the axis, so that the only
+/// block holding whole chunks of both is the whole axis (`len`), far longer than either
+/// split's chunks: a slice whose first chunk is cut short (`x[8:]` in Dask's chunking)
+/// written in regular chunks, or a region write off the target's chunk grid.
+fn chained(input: &AxisChunks, output: &AxisChunks, len: u64) -> bool {
+    let irregular = input.regular_size().is_none() || output.regular_size().is_none();
+    irregular && len == output.len() && len > 4 * input.max_size().max(output.max_size())
 }
 
 /// Elements in a block of `chunks` output chunks per axis.
@@ -165,6 +180,28 @@ mod tests {
             shard_shape(&[30, 73, 144], &[1, 10, 10], 4, 1),
             vec![30, 73, 144]
         );
+    }
+
+    #[test]
+    fn splits_that_never_line_up_take_blocks_of_one_input_chunk() {
+        // x[8:] of 16-step chunks (Dask's chunking: 8, then 16s) written in 16-step chunks.
+        let mut sizes = vec![8];
+        sizes.extend([16; 15]);
+        let sliced = ChunkGrid::new(vec![
+            AxisChunks::from_sizes(&sizes).unwrap(),
+            AxisChunks::regular(64, 64).unwrap(),
+        ]);
+        let regular = ChunkGrid::regular(&[248, 64], &[16, 64]).unwrap();
+        assert_eq!(block_chunks(&sliced, &regular), vec![1, 1]);
+        // Into 4-step chunks: four of them hold the input's largest chunk.
+        let fine = ChunkGrid::regular(&[248, 64], &[4, 64]).unwrap();
+        assert_eq!(block_chunks(&sliced, &fine), vec![4, 1]);
+        // Splits that line up somewhere keep blocks of whole chunks of both.
+        let coarse = ChunkGrid::new(vec![
+            AxisChunks::from_sizes(&[8, 240]).unwrap(),
+            AxisChunks::regular(64, 64).unwrap(),
+        ]);
+        assert_eq!(block_chunks(&coarse, &regular), vec![16, 1]);
     }
 
     #[test]
