@@ -120,7 +120,10 @@ def _python_module(path: Path) -> str:
 
 
 def python_imports() -> dict[str, set[str]]:
-    files = {_python_module(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    # The native module's stub (`_engine.pyi`) names a module too: importing it is not
+    # importing the package.
+    found = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyi")]
+    files = {_python_module(p): p for p in sorted(found)}
     graph: dict[str, set[str]] = {}
     for mod, path in files.items():
         is_pkg = path.name == "__init__.py"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import graphlib
 import operator
 import os
 from pathlib import Path
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 import zarr
 from chunkfuse.dask import get, last_stats
+from chunkfuse.dask.graph import topological
+from dask._task_spec import Task, TaskRef
 from dask.core import flatten
 from dask.diagnostics import ProgressBar
 from dask.utils_test import GetFunctionTestMixin
@@ -845,3 +848,34 @@ def test_selections_match_dask(
     take = any(isinstance(i, np.ndarray) and len(i) > 1 for i in case["index"])
     if not (take and case["func"].startswith("arg")):
         assert stats is not None and stats.python_tasks == 0, (case["index"], stats)
+
+
+def test_a_cyclic_graph_over_a_stored_array_is_an_error_naming_its_keys(tmp_path: Path) -> None:
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(4,), chunks=(2,), dtype="f4")
+    z[...] = 1
+    from dask.array.core import getter
+
+    dsk = {
+        "src": z,
+        "a": (getter, "src", (slice(0, 2),)),
+        "b": (operator.add, "a", "c"),
+        "c": (operator.add, "b", 1),
+    }
+    with pytest.raises(graphlib.CycleError) as err:
+        get(dsk, "b")
+    assert set(err.value.args[1]) == {"b", "c"}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 11), max_size=4), min_size=1, max_size=12))
+def test_topological_puts_every_key_after_its_dependencies(deps: list[list[int]]) -> None:
+    # Key i depends on keys below it only (an acyclic graph); keys out of the graph are skipped.
+    graph = {
+        f"k{i}": Task(f"k{i}", tuple, [TaskRef(f"k{d}") for d in ds if d < i or d >= len(deps)])
+        for i, ds in enumerate(deps)
+    }
+    order = topological(graph)
+    assert sorted(order) == sorted(graph)
+    at = {k: n for n, k in enumerate(order)}
+    for k, node in graph.items():
+        assert all(at[d] < at[k] for d in node.dependencies if d in graph)

@@ -15,6 +15,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
+from chunkfuse.dask import runner
 from conftest import Cli, read_zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,14 +55,14 @@ def _stored(path: Path, steps: int) -> da.Array:
 def _runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """The run summaries of every engine plan run from now on."""
     runs: list[dict[str, Any]] = []
-    run_plan = chunkfuse.run_plan
+    run_plan = runner.run_plan
 
     def recorded(*args: Any, **kwargs: Any) -> dict[str, Any]:
         summary = run_plan(*args, **kwargs)
         runs.append(summary)
         return summary
 
-    monkeypatch.setattr(chunkfuse, "run_plan", recorded)
+    monkeypatch.setattr(runner, "run_plan", recorded)
     return runs
 
 

@@ -17,8 +17,8 @@ import pytest
 import xarray as xr
 import zarr
 from chunkfuse import RustExecutor
-from chunkfuse.cubed.symbols import NotNative
-from chunkfuse.selection import MAX_RUNS, even_runs
+from chunkfuse.common.selection import MAX_RUNS, even_runs
+from chunkfuse.common.symbols import NotNative
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

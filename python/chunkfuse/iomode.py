@@ -5,7 +5,7 @@ else ``"auto"``. Every engine entry point takes ``io=`` and sets it for that cal
 
 from __future__ import annotations
 
-from chunkfuse import _engine
+import chunkfuse._engine as _engine
 
 __all__ = ["io_mode", "set_io", "set_io_timeouts"]
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chunkfuse import _engine, iomode
+import chunkfuse._engine as _engine
+import chunkfuse.iomode as iomode
 
 __all__ = ["ArrayReader", "read", "read_windows"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from chunkfuse import _engine
+import chunkfuse._engine as _engine
 
 
 def budget_bytes(value: int | str | None, name: str = "max_mem") -> int | None:

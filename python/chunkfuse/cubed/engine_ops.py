@@ -27,7 +27,7 @@ from cubed.storage.virtual import VirtualArray
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 from zarr.codecs.bytes import Endian
 
-import chunkfuse
+import chunkfuse._engine as _engine
 from chunkfuse.cubed.budget import engine_call
 from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.leaves import array_url
@@ -197,7 +197,7 @@ def run(
     ]
     engine_call(
         max_mem,
-        lambda budget: chunkfuse._engine.run_chunk_function(
+        lambda budget: _engine.run_chunk_function(
             f"Cubed op {name}",
             op.urls,
             op.target_url,

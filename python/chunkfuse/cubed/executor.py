@@ -17,12 +17,12 @@ from cubed.runtime.utils import handle_operation_end_callbacks, handle_operation
 from cubed.spec import Spec
 from cubed.storage.zarr import LazyZarrArray
 
-import chunkfuse
-from chunkfuse import iomode
+import chunkfuse.iomode as iomode
 from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
 from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.python_ops import create_array, create_arrays, run_python_op
 from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, op_outputs, translate
+from chunkfuse.engine_calls import device_info, run_plan
 
 log = logging.getLogger("chunkfuse.cubed")
 
@@ -88,7 +88,7 @@ class RustExecutor(DagExecutor):
         if device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"RustExecutor: unknown device {device!r}: expected cpu, cuda or auto")
         # Before anything runs: a GPU asked for and missing is an error naming why.
-        chunkfuse.device_info(device)
+        device_info(device)
         workers = int(options.get("max_workers") or os.cpu_count() or 1)
         if workers < 1:
             raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
@@ -209,7 +209,7 @@ class _Run:
             try:
                 summary = engine_call(
                     self.max_mem,
-                    lambda budget: chunkfuse.run_plan(
+                    lambda budget: run_plan(
                         plan,
                         max_mem=budget,
                         threads=self.workers,

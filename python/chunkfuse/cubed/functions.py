@@ -19,20 +19,12 @@ from cubed.backend_array_api import namespace as nxp
 from cubed.core import ops
 from cubed.primitive.blockwise import ChunkKey
 
-from chunkfuse.cubed.ir import UFUNCS, IrBuilder
+from chunkfuse.common.ir import UFUNCS, IrBuilder
+from chunkfuse.common.selection import as_slice, even_runs
+from chunkfuse.common.symbols import Const, Full, NotNative, Partial
 from chunkfuse.cubed.leaves import stored_array_behind
-from chunkfuse.cubed.symbols import (
-    ArgState,
-    Const,
-    Empty,
-    Full,
-    NotNative,
-    Offsets,
-    Partial,
-    Streamed,
-)
+from chunkfuse.cubed.symbols import ArgState, Empty, Offsets, Streamed
 from chunkfuse.fft_block import FftBlock
-from chunkfuse.selection import as_slice, even_runs
 
 #: Plain reductions by their chunk function (Cubed calls the backend namespace's functions).
 PLAIN_REDUCTIONS: dict[Any, str] = {

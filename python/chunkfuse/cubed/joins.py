@@ -17,9 +17,9 @@ from typing import Any
 from cubed.array_api import manipulation_functions
 from cubed.primitive.blockwise import BlockwiseSpec, ChunkKey, FunctionArgs
 
+from chunkfuse.common.ir import IrBuilder
+from chunkfuse.common.symbols import Full, NotNative
 from chunkfuse.cubed.functions import block_id_inner, unwrap
-from chunkfuse.cubed.ir import IrBuilder
-from chunkfuse.cubed.symbols import Full, NotNative
 
 
 def concat_kwargs(function: Any) -> dict[str, Any] | None:

@@ -11,10 +11,11 @@ from cubed.storage.store import get_storage_name
 from cubed.storage.virtual import VirtualEmptyArray, VirtualInMemoryArray, VirtualOffsetsArray
 from cubed.storage.zarr import LazyZarrArray
 
-from chunkfuse.cubed.ir import IrBuilder
-from chunkfuse.cubed.symbols import Const, Empty, Full, NotNative, Offsets
-from chunkfuse.decoding import apply_decoding, decoded_array_behind
-from chunkfuse.urls import local_url, zarr_array_url
+from chunkfuse.common.decoding import apply_decoding, decoded_array_behind
+from chunkfuse.common.ir import IrBuilder
+from chunkfuse.common.symbols import Const, Full, NotNative
+from chunkfuse.common.urls import local_url, zarr_array_url
+from chunkfuse.cubed.symbols import Empty, Offsets
 
 #: Cubed storage back ends whose arrays are plain Zarr v3 that the engine may write.
 NATIVE_STORAGE = ("zarr-python-v3", "zarrs-python")

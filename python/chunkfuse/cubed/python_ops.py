@@ -15,7 +15,7 @@ from typing import Any
 
 from cubed.runtime.types import Callback
 
-from chunkfuse.cubed import engine_ops
+import chunkfuse.cubed.engine_ops as engine_ops
 from chunkfuse.cubed.events import report_tasks
 
 

@@ -1,38 +1,16 @@
-"""Symbolic values for translating a Cubed plan into the chunkfuse plan IR.
+"""Symbolic values only the Cubed translator uses, beside the shared ones of
+chunkfuse.common.symbols (`Full`, `Const`, `Partial`, `NotNative`).
 
 While the translator walks a Cubed DAG it does not compute anything: each Cubed array becomes a
-*symbol* describing what the array holds in terms of IR nodes. A `Full` symbol is a whole array
-the engine can produce; a `Partial` is the state of a tree reduction that Cubed splits into
-rounds (the engine does the whole reduction in one streamed pass once the rounds are complete).
+*symbol* describing what the array holds in terms of IR nodes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-
-class NotNative(Exception):
-    """Raised while translating when an op (or one of its inputs) has no native form."""
-
-
-@dataclass(frozen=True)
-class Full:
-    """A whole array produced by the IR node `root`."""
-
-    root: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class Const:
-    """A 0-d scalar operand (Cubed's `VirtualInMemoryArray` for `x + 1`)."""
-
-    value: Any
-    dtype: np.dtype
+from chunkfuse.common.symbols import Const, Full, Partial
 
 
 @dataclass(frozen=True)
@@ -52,37 +30,6 @@ class ArgState:
     kind: str  # "argmin" or "argmax"
     base: Full
     axis: int
-
-
-@dataclass(frozen=True)
-class Partial:
-    """The state of a tree reduction of `base` over `axes` (Cubed's partial-reduce rounds).
-
-    `complete` once every reduced axis is down to one block, so the state holds the
-    reduction of the whole axis. `keepdims` is false after Cubed's final squeeze.
-    """
-
-    kind: str
-    base: Full
-    axes: tuple[int, ...]
-    complete: bool
-    keepdims: bool = True
-    dtype: np.dtype | None = None
-    ddof: float = 0.0
-    squeezed: tuple[int, ...] = field(default=())
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape of the reduction's result (reduced axes kept as 1 unless squeezed)."""
-        return tuple(
-            1 if i in self.axes else n
-            for i, n in enumerate(self.base.shape)
-            if self.keepdims or i not in self.axes
-        )
-
-    def advanced(self, complete: bool) -> Partial:
-        """The same reduction after another combine round."""
-        return replace(self, complete=complete)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from cubed.core import ops
 from cubed.primitive.blockwise import BlockwiseSpec, ChunkKey, FunctionArgs
 from cubed.runtime.pipeline import visit_nodes
 
+from chunkfuse.common.ir import IrBuilder
+from chunkfuse.common.symbols import Full, NotNative
 from chunkfuse.cubed.functions import (
     apply,
     block_id_inner,
@@ -26,10 +28,9 @@ from chunkfuse.cubed.functions import (
     flatten_fused,
     unwrap,
 )
-from chunkfuse.cubed.ir import IrBuilder
 from chunkfuse.cubed.joins import concat_kwargs, concat_symbol, stack_axis, stack_symbol
 from chunkfuse.cubed.leaves import LeafResolver, array_url, regular_chunks, write_codec
-from chunkfuse.cubed.symbols import Full, NotNative, Streamed
+from chunkfuse.cubed.symbols import Streamed
 
 CREATE_ARRAYS = "create-arrays"
 

@@ -2,11 +2,11 @@
 
 ``get`` follows Dask's get-function contract (``dask.get(dsk, keys)``): it takes the expression
 or graph that ``compute`` passes and culls it to ``keys``. Array tasks it recognises run in the
-engine (``native.py``); the others run their Python callables in a memory-friendly order,
-freeing every intermediate as soon as its last dependent has run: by a lean runner
-(``lean.py``) when nothing watches, or with Dask's scheduler state over the whole graph, the
-engine's tasks included, so that Dask's local callbacks (``dask.diagnostics.ProgressBar``,
-``Profiler``, ...) fire (``watched.py``).
+engine (``runner.py``, over the symbols ``interpreter.py`` gives them); the others run their
+Python callables in a memory-friendly order, freeing every intermediate as soon as its last
+dependent has run: by a lean runner (``lean.py``) when nothing watches, or with Dask's
+scheduler state over the whole graph, the engine's tasks included, so that Dask's local
+callbacks (``dask.diagnostics.ProgressBar``, ``Profiler``, ...) fire (``watched.py``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-import chunkfuse
-from chunkfuse.cubed.ir import IrBuilder
+from chunkfuse.common.ir import IrBuilder
+from chunkfuse.reading import ArrayReader, read
 
 from .symbols import Blk
 
@@ -48,12 +48,12 @@ def _selected(
 
 def direct_reads(
     roots: Mapping[Hashable, Any], b: IrBuilder
-) -> dict[Hashable, tuple[chunkfuse.ArrayReader, Selection]] | None:
+) -> dict[Hashable, tuple[ArrayReader, Selection]] | None:
     """The opened source array and selection of every root, when each is a block of a source
     array or of one basic slice of it (each source opened once); None when any root needs the
     engine's plan."""
-    readers: dict[str, chunkfuse.ArrayReader] = {}
-    reads: dict[Hashable, tuple[chunkfuse.ArrayReader, Selection]] = {}
+    readers: dict[str, ArrayReader] = {}
+    reads: dict[Hashable, tuple[ArrayReader, Selection]] = {}
     for key, sym in roots.items():
         if not isinstance(sym, Blk):
             return None
@@ -64,7 +64,7 @@ def direct_reads(
             return None
         reader = readers.get(url)
         if reader is None:
-            reader = readers[url] = chunkfuse.ArrayReader(url)
+            reader = readers[url] = ArrayReader(url)
         selection = _selected(sym.region, node, tuple(int(n) for n in reader.shape))
         if selection is None:
             return None
@@ -73,10 +73,10 @@ def direct_reads(
 
 
 def read_directly(
-    reads: Mapping[Hashable, tuple[chunkfuse.ArrayReader, Selection]], threads: int
+    reads: Mapping[Hashable, tuple[ArrayReader, Selection]], threads: int
 ) -> dict[Hashable, np.ndarray]:
     """The values of `reads`."""
     return {
-        key: np.asarray(chunkfuse.read(reader, selection, threads=threads))
+        key: np.asarray(read(reader, selection, threads=threads))
         for key, (reader, selection) in reads.items()
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import graphlib
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -59,3 +60,12 @@ def check_keys(
     for key in flatten(keys) if isinstance(keys, list) else [keys]:
         if key not in graph and not (cache and key in cache):
             raise KeyError(key)
+
+
+def topological(graph: Mapping[Hashable, Any]) -> list[Hashable]:
+    """The keys of a task-spec graph, each after its dependencies (those in the graph).
+    Raises graphlib.CycleError naming the keys of a cycle."""
+    sorter = graphlib.TopologicalSorter(
+        {key: [d for d in node.dependencies if d in graph] for key, node in graph.items()}
+    )
+    return list(sorter.static_order())

@@ -14,14 +14,27 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dask._task_spec import Alias, Task, _execute_subgraph
 
-from chunkfuse.cubed.symbols import Full, NotNative
+from chunkfuse.common.symbols import Full, NotNative
 
-from .symbols import Blk, Red, Region, bounding, in_grid_order
+from .steps import Steps
+from .symbols import (
+    Blk,
+    Red,
+    Region,
+    Store,
+    Stored,
+    bounding,
+    flat_items,
+    grid_items,
+    in_grid_order,
+    nones,
+    with_values,
+)
 
 #: One input of a join: the input array's name and its block offset along the joined axis.
 Part = tuple[str, int]
@@ -207,3 +220,106 @@ class JoinBuilder:
                 return False
             expected = idx[-1] + 1
         return True
+
+
+class JoinSteps(Steps):
+    """Blocks joined into one: Dask's `finalize` of an array's blocks, its rechunk merges,
+    and the joins other steps make (of a take's runs, of stores tiling a box)."""
+
+    def _whole(self, parts: Any) -> Blk | Red:
+        """Dask's `finalize` of the blocks of one array: the blocks joined (they must tile it)."""
+        items = with_values(flat_items(parts))
+        first = items[0] if items else None
+        if items and all(isinstance(i, Store) for i in items):
+            from dask.array.core import finalize
+
+            return Stored(tuple(items), finalize(nones(parts)))
+        if (
+            isinstance(first, Red)
+            and all(
+                isinstance(i, Red) and (i.spec(), i.state) == (first.spec(), first.state)
+                for i in items
+            )
+            and in_grid_order([(k, _kept_region(r)) for k, r in grid_items(parts)])
+        ):
+            return replace(first, region=bounding([i.region for i in items]))
+        return self._joined(parts)
+
+    def _joined(self, nested: Any) -> Blk:
+        """Blocks nested as their block grid joined into one block: the box they tile in
+        their one array, or else as `_tiled` joins them."""
+        grid = [(k, self.reduced(i) if isinstance(i, Red) else i) for k, i in grid_items(nested)]
+        items = with_values([i for _, i in grid])
+        in_order = all(isinstance(i, Blk) for _, i in grid) and in_grid_order(
+            [(k, i.region) for k, i in grid]
+        )
+        if in_order and items and all(i.full == items[0].full for i in items):
+            try:
+                return Blk(items[0].full, bounding([i.region for i in items]))
+            except NotNative:
+                pass  # blocks of one array that lie apart in it
+        return self._tiled(nested, 0)
+
+    def _tiled(self, nested: Any, axis: int) -> Blk:
+        """Blocks nested as their block grid (lists along axes `axis`, `axis + 1`, ...) joined
+        into one block; runs of blocks of different arrays join through IR concats (the
+        blocks of a `da.concatenate` whose aliases Dask inlined)."""
+        if not isinstance(nested, list | tuple):
+            item = self.reduced(nested) if isinstance(nested, Red) else nested
+            if not isinstance(item, Blk):
+                raise NotNative("a join of something else")
+            return item
+        items = [self._tiled(n, axis + 1) for n in nested]
+        # Blocks without values (of a strided selection) add nothing to the join.
+        items = [b for b in items if all(hi > lo for lo, hi in b.region)] or items[:1]
+        runs: list[Blk] = []
+        for b in items:
+            last = runs[-1] if runs else None
+            if (
+                last is not None
+                and last.full == b.full
+                and last.region[axis][1] == b.region[axis][0]
+                and all(last.region[k] == b.region[k] for k in range(len(b.region)) if k != axis)
+            ):
+                region = list(b.region)
+                region[axis] = (last.region[axis][0], b.region[axis][1])
+                runs[-1] = Blk(b.full, tuple(region))
+            else:
+                runs.append(b)
+        if not runs:
+            raise NotNative("a join of nothing")
+        if len(runs) == 1:
+            return runs[0]
+        off_axis = {tuple(b - a for k, (a, b) in enumerate(r.region) if k != axis) for r in runs}
+        if len(off_axis) != 1 or any(len(r.region) <= axis for r in runs):
+            raise NotNative("blocks that do not tile a box")
+        parts = [self._region_of(r) for r in runs]
+        joined = self.b.concat(parts, axis)
+        return Blk(joined, tuple((0, n) for n in joined.shape))
+
+    def _region_of(self, x: Blk) -> Full:
+        """The values of block `x` as a whole array (a slice of its array unless whole)."""
+        if all(r == (0, n) for r, n in zip(x.region, x.full.shape, strict=True)):
+            return x.full
+        key = ("region", x.full.root, x.region)
+        if key not in self._memo:
+            shape = tuple(b - a for a, b in x.region)
+            self._memo[key] = self.b.slice(x.full, [[a, b, 1] for a, b in x.region], shape)
+        return self._memo[key]
+
+    def _join(self, parts: Any, shape: Any) -> Blk:
+        """Blocks joined into the box they tile (Dask's rechunk merges): of one array, or of
+        several through IR concats."""
+        from dask.array.core import reshapelist
+
+        if not isinstance(parts, list | tuple) or not isinstance(shape, tuple | list):
+            raise NotNative("concatenation of something else")
+        return self._joined(reshapelist(tuple(shape), list(parts)))
+
+
+def _kept_region(r: Any) -> Region:
+    """A reduction's region along the axes of its result (its base's kept axes, or all with
+    keepdims): where its block lies in the result's grid."""
+    if not isinstance(r, Red) or r.keepdims:
+        return r.region
+    return tuple(span for d, span in enumerate(r.region) if d not in r.axes)

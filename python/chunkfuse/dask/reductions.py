@@ -6,15 +6,15 @@ arg-reductions gives the reduction of a region (`Red`), or that of a step's stat
 from __future__ import annotations
 
 import functools
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from chunkfuse.cubed.ir import ARG_REDUCTIONS
-from chunkfuse.cubed.symbols import Full, NotNative
+from chunkfuse.common.ir import ARG_REDUCTIONS
+from chunkfuse.common.symbols import NotNative
 
+from .steps import Steps
 from .symbols import (
     Blk,
     Red,
@@ -120,12 +120,45 @@ def _depth(v: Any) -> int:
     return depth
 
 
-class ReductionSteps(ABC):
-    """The Interpreter's reading of Dask's reduction steps, each into a `Red`."""
+class ReductionSteps(Steps):
+    """The Interpreter's reading of Dask's reduction steps, each into a `Red`, and a `Red`'s
+    values as IR (`reduced`)."""
 
-    @abstractmethod
-    def _cast(self, full: Full, dtype: np.dtype) -> Full:
-        """`full` cast to `dtype` (the Interpreter's IR builder does it)."""
+    def reduced(self, r: Red) -> Blk:
+        """A reduction's values as the block of the whole reduction's result it is. One over
+        part of the reduced axes (of a slice such as `x[3:9].sum(axis=0)`, or a tree
+        reduction's partial step) reduces that part of its base."""
+        if r.state:
+            raise NotNative("a reduction step's state")
+        if r.origin is not None:
+            raise NotNative("an arg reduction whose indices count from elsewhere")
+        if not r.complete():
+            part = [
+                [a, b, 1] if d in r.axes and (a, b) != (0, n) else None
+                for d, ((a, b), n) in enumerate(zip(r.region, r.base.shape, strict=True))
+            ]
+            key = ("slice", r.base.root, repr(part))
+            if key not in self._memo:
+                shape = tuple(
+                    n if p is None else p[1] - p[0] for p, n in zip(part, r.base.shape, strict=True)
+                )
+                self._memo[key] = self.b.slice(r.base, part, shape)
+            region = tuple(
+                (0, b - a) if d in r.axes else (a, b) for d, (a, b) in enumerate(r.region)
+            )
+            r = replace(r, base=self._memo[key], region=region)
+        p = r.partial()
+        key = ("reduce", *r.spec())
+        if key not in self._memo:
+            self._memo[key] = self.b.reduce(p, p.shape, self.b.reduce_dtype(p))
+        if not r.keepdims:
+            self._squeezed[self._memo[key].root] = r
+        kept = tuple(
+            (0, 1) if d in r.axes else span
+            for d, span in enumerate(r.region)
+            if r.keepdims or d not in r.axes
+        )
+        return Blk(self._memo[key], kept)
 
     def _chunk_reduce(self, kind: str, args: list[Any], kw: dict[str, Any]) -> Red:
         """A reduction's chunk step: `kind` of one block, reduced axes kept."""
@@ -146,14 +179,6 @@ class ReductionSteps(ABC):
             bool(kw.get("keepdims", False)),
             np.dtype(dtype) if dtype is not None else None,
         )
-
-    @abstractmethod
-    def _tiled(self, nested: Any, axis: int) -> Blk:
-        """Blocks nested as their block grid joined into one block (the Interpreter's)."""
-
-    @abstractmethod
-    def _region_of(self, x: Blk) -> Full:
-        """The values of block `x` as a whole array (the Interpreter's)."""
 
     def _parts(self, parts: Any, kind: str, state: bool) -> Red:
         """The chunk or combine results a combine step joins as one, after checking they are

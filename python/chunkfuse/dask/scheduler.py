@@ -10,13 +10,13 @@ from dask._task_spec import DataNode
 from dask.callbacks import Callback
 from dask.core import flatten
 
-import chunkfuse
-from chunkfuse import iomode
+import chunkfuse.iomode as iomode
+from chunkfuse.engine_calls import device_info
 from chunkfuse.sizes import budget_bytes
 
 from .graph import as_task_graph, check_keys
 from .lean import is_lean, run_lean
-from .native import has_zarr_arrays
+from .runner import has_zarr_arrays
 from .stats import GetStats, last_stats, new_stats
 from .watched import EngineOptions, counted_native_part, run_watched
 
@@ -76,7 +76,7 @@ def get(
     or ``"auto"`` (see ``chunkfuse.device_info``).
     """
     iomode.apply(io)
-    chunkfuse.device_info(device)
+    device_info(device)
     raw = dsk if isinstance(dsk, Mapping) else dsk.__dask_graph__()
     check_keys(raw, keys, cache)
     wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkfuse.cubed.symbols import Full, NotNative, Partial
+from chunkfuse.common.symbols import Full, NotNative, Partial
 
 Region = tuple[tuple[int, int], ...]
 

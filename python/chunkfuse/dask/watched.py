@@ -20,10 +20,11 @@ from dask.callbacks import local_callbacks, unpack_callbacks
 from dask.local import finish_task, start_state_from_dask
 from dask.order import order
 
-from chunkfuse.cubed.symbols import NotNative
+from chunkfuse.common.symbols import NotNative
 
+from .graph import topological
 from .lean import run_workers
-from .native import NativePart, run_native, topological
+from .runner import NativePart, run_native
 from .stats import GetStats
 
 

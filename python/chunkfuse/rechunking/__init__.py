@@ -16,12 +16,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import chunkfuse
+from chunkfuse.common.urls import engine_url
+from chunkfuse.engine_calls import run_plan
 from chunkfuse.rechunking.chunks import Chunks
 from chunkfuse.rechunking.plans import array_plan, group_plan
 from chunkfuse.rechunking.sources import GroupSource, resolve
 from chunkfuse.sizes import budget_bytes
-from chunkfuse.urls import engine_url
 
 __all__ = ["Chunks", "rechunk"]
 
@@ -83,7 +83,7 @@ def rechunk(
         if chunks is None:
             raise ValueError("chunks: give the target chunks of the array")
         plan = array_plan(src, dst, chunks, write, shards)
-    return chunkfuse.run_plan(
+    return run_plan(
         plan,
         max_mem=budget_bytes(max_mem, "max_mem"),
         threads=threads,

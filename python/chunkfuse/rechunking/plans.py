@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chunkfuse.rechunking import chunks as sizes
+import chunkfuse.rechunking.chunks as sizes
 from chunkfuse.rechunking.sources import ArraySource, GroupSource
 
 

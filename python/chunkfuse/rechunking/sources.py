@@ -11,8 +11,8 @@ from typing import Any
 
 import zarr
 
-from chunkfuse import _engine
-from chunkfuse.urls import engine_url, local_url
+import chunkfuse._engine as _engine
+from chunkfuse.common.urls import engine_url, local_url
 
 
 @dataclass(frozen=True)

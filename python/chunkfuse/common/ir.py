@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkfuse.cubed.symbols import Const, Full, NotNative, Partial
+from chunkfuse.common.symbols import Const, Full, NotNative, Partial
 
 #: numpy ufunc names the IR evaluates natively (numpy name -> IR name).
 UFUNCS: dict[str, str] = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import zarr
 
-from chunkfuse.cubed.symbols import NotNative
+from chunkfuse.common.symbols import NotNative
 
 #: xarray's lazy wrappers that pass every element through unchanged, and the attribute holding
 #: the wrapped array.

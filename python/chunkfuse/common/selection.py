@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkfuse.cubed.symbols import NotNative
+from chunkfuse.common.symbols import NotNative
 
 
 def as_slice(item: Any) -> Any:

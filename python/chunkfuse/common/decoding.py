@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from chunkfuse.cubed.ir import IrBuilder
-from chunkfuse.cubed.symbols import Const, Full, NotNative
-from chunkfuse.stored import passed_through, zarr_array_behind
+from chunkfuse.common.ir import IrBuilder
+from chunkfuse.common.stored import passed_through, zarr_array_behind
+from chunkfuse.common.symbols import Const, Full, NotNative
 
 #: The wrapper class xarray's lazy decoding uses, and the attribute holding what it wraps.
 _ELEMENTWISE = ("xarray.coding.common", "_ElementwiseFunctionArray")

@@ -1,0 +1,366 @@
+"""Dask array tasks the engine runs: a symbolic pass over the graph, then one engine plan.
+
+Each task is evaluated on *symbols* instead of data: a zarr getter gives the block of a stored
+array, elementwise functions of blocks give blocks of a whole-array IR expression, a reduction's
+chunk step and its combine/aggregate steps give the reduction of a region, a zarr store gives a
+write. Keys whose values are symbols and that only symbolic tasks consume are never run. The
+others that Python tasks (or the caller) need, the *roots*, are computed by one engine plan:
+whole arrays written to uncompressed scratch arrays and read back block by block, writes straight
+into their target arrays. Everything else runs its Python callable.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+from dask._task_spec import DataNode, Task, _execute_subgraph
+
+from chunkfuse.common.stored import wraps_stored_array
+from chunkfuse.common.symbols import Full, NotNative
+from chunkfuse.engine_calls import run_plan
+
+from .direct import direct_reads, read_directly
+from .graph import topological
+from .interpreter import Interpreter, materializable
+from .joins import JoinBuilder, find_joins
+from .symbols import Blk, Lit, Red, Region, Src, Store, Stored, Symbol
+
+
+@dataclass
+class NativePart:
+    """What the engine computed: values of the root keys, the keys it covered, and the
+    blocks whose fused elementwise program ran on a GPU."""
+
+    values: dict[Hashable, Any]
+    covered: set[Hashable]
+    gpu_blocks: int = 0
+    #: Fused tasks whose native first steps the engine computed, rebuilt with their values.
+    tasks: dict[Hashable, Any] = field(default_factory=dict)
+
+
+def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
+    """The symbol of every top-level key that has one, in dependency order (twice when a
+    concatenation's blocks are only known as one array once all were met)."""
+    joins = find_joins(graph)
+    if joins:
+        interp.joins = JoinBuilder(interp, joins)
+    symbols = _symbols_once(graph, interp)
+    if interp.joins is not None and interp.joins.rerun():
+        interp.joins.again()
+        interp.mixed.clear()
+        symbols = _symbols_once(graph, interp)
+    return symbols
+
+
+def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
+    symbols: dict[Hashable, Any] = {}
+    failed: set[Hashable] = set()
+    for key in topological(graph):
+        node = graph[key]
+        if any(d in failed for d in node.dependencies):
+            failed.add(key)
+            continue
+        try:
+            value = interp.node(node, symbols)
+        except Exception:  # noqa: BLE001 - anything unrecognised runs in Python, which
+            # raises the task's own error with its key if the task itself fails.
+            failed.add(key)
+            if isinstance(node, Task):
+                prefix = interp.native_prefix(node, symbols)
+                if prefix:
+                    interp.mixed[key] = prefix
+            continue
+        if isinstance(value, Src | Blk | Red | Store | Stored):
+            symbols[key] = value
+        elif isinstance(node, DataNode):
+            symbols[key] = Lit(value)
+        else:
+            failed.add(key)
+    return symbols
+
+
+def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
+    """True when the graph holds a zarr array, or xarray's lazy wrapper of one: as a node, as
+    a direct argument of a task (legacy tuple or task form: Dask inlines stored arrays into
+    their getters), or inside a fused task's subgraph. Keys and other nested arguments are not
+    searched: this runs on every graph, and must stay cheap for many small Python tasks."""
+    return any(_holds_stored_array(node) for node in graph.values())
+
+
+#: Types that are never a stored array: the keys and literals of most task arguments.
+_PLAIN = frozenset({int, float, str, bool, bytes, tuple, type(None)})
+
+
+def _holds_stored_array(node: Any) -> bool:
+    if type(node) is tuple:
+        # A legacy task: the callable, then its arguments.
+        args: Any = node[1:] if node and callable(node[0]) else ()
+    elif isinstance(node, Task):
+        if node.func is _execute_subgraph and node.args and isinstance(node.args[0], Mapping):
+            return has_zarr_arrays(node.args[0])
+        args = (*node.args, *node.kwargs.values())
+    else:
+        return wraps_stored_array(node.value if isinstance(node, DataNode) else node)
+    for a in args:
+        if type(a) not in _PLAIN and wraps_stored_array(a.value if isinstance(a, DataNode) else a):
+            return True
+    return False
+
+
+def run_native(
+    graph: Mapping[Hashable, Any],
+    wanted: set[Hashable],
+    *,
+    max_mem: int | None,
+    threads: int,
+    device: str = "cpu",
+    on_start: Callable[[set[Hashable]], None] | None = None,
+) -> NativePart | None:
+    """Computes the graph's native part with the engine (fused elementwise programs on
+    `device`); None when nothing is native. `on_start` is called with the keys the engine
+    covers just before it runs."""
+    if not has_zarr_arrays(graph):
+        return None
+    interp = Interpreter()
+    symbols = symbols_of(graph, interp)
+    _demote_partial_stores(graph, symbols, interp)
+    if not interp.mixed and not any(
+        isinstance(s, Blk | Red | Store | Stored) for s in symbols.values()
+    ):
+        return None
+    # A fused task with native first steps, rebuilt with their values (placeholders until
+    # the engine has run): it no longer depends on what only those steps read.
+    rebuilt = {
+        k: _with_inner_values(graph[k], {i: None for i in p}) for k, p in interp.mixed.items()
+    }
+    dependents: dict[Hashable, set[Hashable]] = {k: set() for k in graph}
+    for k, n in graph.items():
+        for d in rebuilt.get(k, n).dependencies:
+            if d in dependents:
+                dependents[d].add(k)
+    while True:
+        roots = {
+            k
+            for k, s in symbols.items()
+            if k in wanted or any(d not in symbols for d in dependents[k])
+        }
+        demote = {k for k in roots if not materializable(symbols[k], k in wanted)}
+        if not demote:
+            break
+        for k in demote:
+            del symbols[k]
+    roots = {k for k in roots if not isinstance(symbols[k], Src | Lit)}
+    if not roots and not interp.mixed:
+        return None
+    todo: dict[Hashable, Any] = {k: symbols[k] for k in roots}
+    for k, prefix in interp.mixed.items():
+        todo.update({_InnerKey(k, i): sym for i, sym in prefix.items()})
+    # Source arrays and literals stay in the graph (roots never are either): Python tasks
+    # may read them.
+    covered = {k for k, s in symbols.items() if not isinstance(s, Src | Lit)}
+    if on_start is not None:
+        on_start(covered)
+    try:
+        # Blocks of stored arrays only: read directly, with no plan run nor scratch array.
+        reads = None if interp.mixed else direct_reads(todo, interp.b)
+        if reads is not None:
+            return NativePart(read_directly(reads, threads), covered)
+        with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
+            computed, gpu_blocks = _compute(interp, todo, tmp, max_mem, threads, device)
+    except NotNative:
+        raise
+    except Exception as e:
+        example = next(iter(sorted(roots, key=repr)), None)
+        e.add_note(
+            f"chunkfuse.dask: raised by the engine's run of {len(covered)} tasks"
+            + (f" (among them the task with key {example!r})" if example is not None else "")
+        )
+        raise
+    values = {k: v for k, v in computed.items() if not isinstance(k, _InnerKey)}
+    tasks = {
+        k: _with_inner_values(graph[k], {i: computed[_InnerKey(k, i)] for i in prefix})
+        for k, prefix in interp.mixed.items()
+    }
+    return NativePart(values, covered, gpu_blocks, tasks)
+
+
+def _stores_of(sym: Symbol) -> tuple[Store, ...]:
+    """The writes a symbol stands for."""
+    if isinstance(sym, Store):
+        return (sym,)
+    if isinstance(sym, Stored):
+        return sym.stores
+    return ()
+
+
+def _demote_partial_stores(
+    graph: Mapping[Hashable, Any], symbols: dict[Hashable, Symbol], interp: Interpreter
+) -> None:
+    """Takes out of `symbols` the stores into targets that the engine cannot write as one
+    box (stores that overlap, leave holes or do not form a grid of boxes), and every symbol
+    that reads one: those stores run Dask's `load_store_chunk` in Python. What they store is
+    still computed by the engine (a fused store task keeps its native steps, as
+    `native_prefix` finds them). Stores tiling a box of their target (xarray's `region=` and
+    `append_dim` writes, `da.store(..., regions=...)`) stay: the engine writes the box."""
+    by_url: dict[str, dict[Region, Store]] = {}
+    doubled: set[str] = set()
+    for sym in symbols.values():
+        for st in _stores_of(sym):
+            boxes = by_url.setdefault(st.url, {})
+            if boxes.setdefault(st.box, st) != st:
+                doubled.add(st.url)  # two stores into one box
+    partial: set[str] = set(doubled)
+    for url, boxes in by_url.items():
+        try:
+            interp.stored_boxes(list(boxes.values()))
+        except NotNative:
+            partial.add(url)
+    if not partial:
+        return
+    demoted = {k for k, s in symbols.items() if any(st.url in partial for st in _stores_of(s))}
+    dependents: dict[Hashable, list[Hashable]] = {}
+    for k, node in graph.items():
+        for d in node.dependencies:
+            dependents.setdefault(d, []).append(k)
+    stack = list(demoted)
+    while stack:
+        for d in dependents.get(stack.pop(), ()):
+            if d in symbols and d not in demoted:
+                demoted.add(d)
+                stack.append(d)
+    for k in demoted:
+        del symbols[k]
+    for k in demoted:
+        node = graph[k]
+        if isinstance(node, Task):
+            prefix = interp.native_prefix(node, symbols)
+            if prefix:
+                interp.mixed[k] = prefix
+
+
+@dataclass(frozen=True)
+class _InnerKey:
+    """The key of an inner step of fused task `task` among the engine's results."""
+
+    task: Hashable
+    inner: Hashable
+
+
+def _with_inner_values(task: Task, values: dict[Hashable, Any]) -> Task:
+    """Fused `task` with the inner steps in `values` replaced by their values, and without
+    the dependencies that only those steps read.
+
+    The subgraph's steps name its inputs by inner keys (Blockwise's ``__dask_blockwise__N``
+    tokens), each bound to one of the task's outer arguments (a reference to another key, or
+    data such as a store's target array); the rebuilt task keeps the pairs still read."""
+    inner, outkey, inkeys, *deps = task.args
+    replaced = {k: (DataNode(k, values[k]) if k in values else n) for k, n in inner.items()}
+    # Only the steps the output still needs: a replaced step's own inputs drop out.
+    nodes: dict[Hashable, Any] = {}
+    stack = [outkey]
+    while stack:
+        k = stack.pop()
+        if k in nodes or k not in replaced:
+            continue
+        nodes[k] = replaced[k]
+        stack.extend(nodes[k].dependencies)
+    read = {d for n in nodes.values() for d in n.dependencies if d not in nodes}
+    pairs = [(k, d) for k, d in zip(inkeys, deps, strict=True) if k in read]
+    return Task(
+        task.key,
+        _execute_subgraph,
+        nodes,
+        outkey,
+        tuple(k for k, _ in pairs),
+        *(d for _, d in pairs),
+    )
+
+
+def _compute(
+    interp: Interpreter,
+    roots: dict[Hashable, Symbol],
+    tmp: str,
+    max_mem: int | None,
+    threads: int,
+    device: str,
+) -> tuple[dict[Hashable, Any], int]:
+    b = interp.b
+    # A reduction's value is a block of the reduction's whole result.
+    roots = {k: interp.reduced(s) if isinstance(s, Red) else s for k, s in roots.items()}
+    scratch: dict[str, tuple[Full, str]] = {}
+    stores: dict[str, list[Store]] = {}
+    for sym in roots.values():
+        if isinstance(sym, Blk):
+            scratch.setdefault(sym.full.root, (sym.full, ""))
+        elif isinstance(sym, Store):
+            stores.setdefault(sym.url, []).append(sym)
+        elif isinstance(sym, Stored):
+            for st in sym.stores:
+                stores.setdefault(st.url, []).append(st)
+    writes: list[tuple[Full, str, tuple[int, ...], dict[str, Any] | None, None]] = []
+    for i, (root, (full, _)) in enumerate(sorted(scratch.items())):
+        url = f"{tmp}/{i}.zarr"
+        scratch[root] = (full, url)
+        writes.append((full, url, _scratch_chunks(full), {"name": "none"}, None))
+    # Where each write into part of its target starts (by the write's place in `writes`);
+    # a target may take several writes, into boxes apart.
+    regions: dict[int, list[int]] = {}
+    for url, parts in stores.items():
+        # Each target's stores tile a box of it (`_demote_partial_stores`).
+        shape = parts[0].shape
+        for box, values in interp.stored_boxes(list({p.box: p for p in parts}.values())):
+            if box != tuple((0, n) for n in shape):
+                regions[len(writes)] = [a for a, _ in box]
+            writes.append((interp._region_of(values), url, shape, None, None))
+    plan = b.plan("dask", writes)
+    for op in plan["ops"]:
+        i = _write_index(op)
+        if i in regions:
+            op["region"] = regions[i]
+    summary = run_plan(
+        plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False, device=device
+    )
+    values: dict[Hashable, Any] = {}
+    opened: dict[str, Any] = {}
+
+    def read(full: Full, region: Region) -> np.ndarray:
+        url = scratch[full.root][1]
+        arr = opened.get(url)
+        if arr is None:
+            arr = opened[url] = zarr.open_array(url, mode="r")
+        return np.asarray(arr[tuple(slice(a, b2) for a, b2 in region)])
+
+    for key, sym in roots.items():
+        if isinstance(sym, Blk):
+            values[key] = read(sym.full, sym.region)
+        elif isinstance(sym, Stored):
+            values[key] = sym.template
+        else:
+            values[key] = None
+    return values, summary["gpu_blocks"]
+
+
+def _write_index(op: dict[str, Any]) -> int | None:
+    """The place in the builder's `writes` of the plan's write op `op` (`write.<i>`)."""
+    if op.get("op") != "write":
+        return None
+    return int(str(op["id"]).rsplit(".", 1)[-1])
+
+
+def _scratch_chunks(full: Full) -> tuple[int, ...]:
+    """Chunks of a scratch array: about 16 MB, whole trailing axes first."""
+    itemsize = full.dtype.itemsize
+    budget = max(1, (16 << 20) // max(1, itemsize))
+    chunks = []
+    inner = 1
+    for n in reversed(full.shape):
+        n = max(1, n)
+        take = max(1, min(n, budget // inner))
+        chunks.append(take)
+        inner *= take
+    return tuple(reversed(chunks))
