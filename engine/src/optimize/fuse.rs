@@ -174,13 +174,13 @@ impl Fused {
         (l.is_plain() && l.view.is_box(&self.shape)).then_some(l)
     }
 
-    /// The parts of a value that is materials joined and read as they are.
+    /// The parts of a value that is materials joined and read as they are (all of the
+    /// joined values, through the identity).
     pub fn joined(&self) -> Option<&[ConcatPart]> {
         let leaf = self.program.as_single_load()?;
         let l = &self.leaves[leaf];
         let c = l.concat.as_deref()?;
-        l.view
-            .is_identity(self.shape.len())
+        (l.view.is_identity(self.shape.len()) && c.shape == self.shape)
             .then_some(c.parts.as_slice())
     }
 

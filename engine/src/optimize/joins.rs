@@ -96,7 +96,8 @@ pub fn cropped(f: &Fused) -> Option<LeafConcat> {
     let leaf = &f.leaves[f.program.as_single_load()?];
     let c = leaf.concat.as_deref()?;
     let rank = f.shape.len();
-    if c.shape.len() != rank || leaf.view.is_identity(rank) {
+    // The identity over the whole join is no crop; over its first rows it is one.
+    if c.shape.len() != rank || (leaf.view.is_identity(rank) && c.shape == f.shape) {
         return None;
     }
     let mut origin = Vec::with_capacity(rank);
@@ -280,7 +281,11 @@ mod tests {
                 crop([2, 0, 0], [0, 37, 12], [1, 36, 8]),
             ]
         );
-        // The identity is no crop to normalise.
+        // The identity is no crop to normalise; the identity onto the first step is.
         assert!(cropped(&joined).is_none());
+        let first = ChunkGrid::regular(&[1, 73, 144], &[1, 73, 144]).unwrap();
+        let head = joined.through(&moved(&[0, 0, 0]), vec![1, 73, 144], first);
+        assert!(head.joined().is_none());
+        assert_eq!(cropped(&head).unwrap().parts.len(), 4);
     }
 }
