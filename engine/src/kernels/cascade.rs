@@ -12,8 +12,7 @@
 //! nansum and nanmean (xarray's mean of floats) cascade the same way: NaNs add nothing, and
 //! nanmean's partial sums come with a one-byte count per element of the values they hold.
 
-use super::fast32::SumMode;
-use super::reduce::Accumulator;
+use super::eval::fast32::SumMode;
 use crate::array::{Buffer, DType};
 use crate::error::Result;
 use crate::plan::ReduceFunc;
@@ -85,20 +84,13 @@ impl PartialSums {
         self.stale = false;
     }
 
-    /// Readies the sums for a fold of `terms` values per element: flushes them into `acc`
-    /// first when they have no room for those within [`TERMS`]. Returns the mode of the
-    /// fold's first values: [`SumMode::Start`] when the sums hold nothing and `covers_all`
-    /// (those values give every element exactly one value, so they are written and the
-    /// sums need no zeroing), else [`SumMode::Add`] (sums that held nothing are zeroed).
-    pub fn start_fold(
-        &mut self,
-        acc: &mut Option<Accumulator>,
-        terms: u64,
-        covers_all: bool,
-    ) -> Result<SumMode> {
-        if !self.has_room_for(terms) {
-            self.flush_into(acc)?;
-        }
+    /// Readies sums that have room for `terms` more values per element for a fold of them
+    /// (a full accumulator flushes them first, see `PartialSums::start_fold` in
+    /// [`reduce`](super::reduce)). Returns the mode of the fold's first values:
+    /// [`SumMode::Start`] when the sums hold nothing and `covers_all` (those values give every
+    /// element exactly one value, so they are written and the sums need no zeroing), else
+    /// [`SumMode::Add`] (sums that held nothing are zeroed).
+    pub fn begin_fold(&mut self, terms: u64, covers_all: bool) -> Result<SumMode> {
         let mode = match (self.stale, covers_all) {
             (true, true) => SumMode::Start,
             (true, false) => {
@@ -143,128 +135,9 @@ impl PartialSums {
         Ok((self.sums.as_slice_mut::<f32>()?, counts))
     }
 
-    /// Adds the partial sums to `acc` (made from them when `None`); they then hold nothing.
-    pub fn flush_into(&mut self, acc: &mut Option<Accumulator>) -> Result<()> {
-        if self.terms == 0 {
-            return Ok(());
-        }
-        match acc {
-            Some(acc) => acc.add_partial(self)?,
-            None => *acc = Some(Accumulator::from_partial(self)?),
-        }
+    /// Records that the sums' values went to an accumulator: they hold nothing from here on.
+    pub fn mark_flushed(&mut self) {
         self.terms = 0;
         self.stale = true;
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flushes_add_to_the_accumulator_and_restart_from_zero() {
-        let mut partial = PartialSums::new(ReduceFunc::Sum, 3);
-        let mut acc = None;
-        assert!(partial.has_room_for(TERMS));
-        assert!(!partial.has_room_for(TERMS + 1));
-        partial
-            .sums_mut()
-            .unwrap()
-            .copy_from_slice(&[1.5, -2.0, 1e30]);
-        partial.added(2);
-        assert!(!partial.has_room_for(TERMS - 1));
-        partial.flush_into(&mut acc).unwrap();
-        assert!(partial.has_room_for(TERMS));
-        // A fold that does not cover every element adds to zeroed sums.
-        assert_eq!(
-            partial.start_fold(&mut acc, 1, false).unwrap(),
-            SumMode::Add
-        );
-        assert_eq!(partial.sums_mut().unwrap(), &[0.0, 0.0, 0.0]);
-        partial.sums_mut().unwrap()[..2].copy_from_slice(&[0.25, 3.0]);
-        partial.flush_into(&mut acc).unwrap();
-        let out = acc
-            .unwrap()
-            .finish(DType::F64, 3, 0.0)
-            .unwrap()
-            .as_slice::<f64>()
-            .unwrap()
-            .to_vec();
-        assert_eq!(out, vec![1.75, 1.0, 1e30f32 as f64]);
-    }
-
-    #[test]
-    fn a_fold_that_covers_every_element_starts_the_sums_without_zeroing() {
-        let mut partial = PartialSums::new(ReduceFunc::Sum, 2);
-        let mut acc = None;
-        // Fresh sums, covered: started, not zeroed.
-        assert_eq!(
-            partial.start_fold(&mut acc, 1, true).unwrap(),
-            SumMode::Start
-        );
-        partial.sums_mut().unwrap().copy_from_slice(&[1.0, 2.0]);
-        // Sums that hold values take the next fold's values added.
-        assert_eq!(partial.start_fold(&mut acc, 1, true).unwrap(), SumMode::Add);
-        partial.sums_mut().unwrap()[0] += 0.5;
-        // No room for the next fold: flushed, then started again.
-        assert_eq!(
-            partial.start_fold(&mut acc, TERMS, true).unwrap(),
-            SumMode::Start
-        );
-        assert!(!partial.has_room_for(1));
-        partial.sums_mut().unwrap().copy_from_slice(&[10.0, 20.0]);
-        partial.flush_into(&mut acc).unwrap();
-        let out = acc.unwrap().finish(DType::F64, 3, 0.0).unwrap();
-        assert_eq!(out.as_slice::<f64>().unwrap(), &[11.5, 22.0]);
-    }
-
-    #[test]
-    fn nanmean_partials_carry_counts_into_the_accumulator() {
-        let mut partial = PartialSums::new(ReduceFunc::NanMean, 2);
-        let mut acc = None;
-        let (sums, counts) = partial.parts_mut().unwrap();
-        sums.copy_from_slice(&[3.0, 0.0]);
-        counts.unwrap().copy_from_slice(&[2, 0]);
-        partial.added(2);
-        partial.flush_into(&mut acc).unwrap();
-        assert_eq!(
-            partial.start_fold(&mut acc, 1, false).unwrap(),
-            SumMode::Add
-        );
-        assert_eq!(partial.counts().unwrap().unwrap(), &[0, 0]);
-        let (sums, counts) = partial.parts_mut().unwrap();
-        sums.copy_from_slice(&[1.0, 5.0]);
-        counts.unwrap().copy_from_slice(&[1, 1]);
-        partial.flush_into(&mut acc).unwrap();
-        let out = acc.unwrap().finish(DType::F64, 3, 0.0).unwrap();
-        // (3 + 1) / 3 values and 5 / 1 value: NaNs neither add nor count.
-        assert_eq!(out.as_slice::<f64>().unwrap(), &[4.0 / 3.0, 5.0]);
-    }
-
-    #[test]
-    fn partials_of_another_reduction_are_refused() {
-        let mut sum = PartialSums::new(ReduceFunc::Sum, 2);
-        sum.added(1);
-        let mut acc = Accumulator::from_partial(&sum).unwrap();
-        let mut nanmean = PartialSums::new(ReduceFunc::NanMean, 2);
-        nanmean.added(1);
-        assert!(acc.add_partial(&nanmean).is_err());
-        let short = PartialSums::new(ReduceFunc::Sum, 3);
-        assert!(acc.add_partial(&short).is_err());
-        // Nor paired with partial sums of another reduction or length.
-        let mut mean = PartialSums::new(ReduceFunc::Mean, 2);
-        mean.added(1);
-        assert!(Accumulator::from_partials(&sum, Some(&mean)).is_err());
-        assert!(acc.add_partials(&sum, Some(&mean)).is_err());
-        assert!(Accumulator::from_partials(&sum, Some(&short)).is_err());
-    }
-
-    #[test]
-    fn an_empty_flush_leaves_no_accumulator() {
-        let mut partial = PartialSums::new(ReduceFunc::Mean, 4);
-        let mut acc = None;
-        partial.flush_into(&mut acc).unwrap();
-        assert!(acc.is_none());
     }
 }

@@ -5,11 +5,11 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::eval::program::Program;
+use super::eval::tiles::LeafInput;
 use crate::array::Buffer;
 use crate::array::DType;
 use crate::error::{Error, ErrorKind, Result};
-use crate::kernels::program::Program;
-use crate::kernels::region::LeafInput;
 
 /// The device a run asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,7 +56,7 @@ pub enum Placement {
     Cpu,
     /// An open CUDA device.
     #[cfg(feature = "cuda")]
-    Gpu(&'static super::gpu::Gpu),
+    Gpu(&'static super::eval::gpu::Gpu),
 }
 
 impl Placement {
@@ -66,14 +66,14 @@ impl Placement {
         match device {
             Device::Cpu => Ok(Placement::Cpu),
             #[cfg(feature = "cuda")]
-            Device::Cuda => super::gpu::gpu().map(Placement::Gpu),
+            Device::Cuda => super::eval::gpu::gpu().map(Placement::Gpu),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => Err(Error::new(
                 ErrorKind::Unsupported,
                 "device 'cuda' is not available: this chunkfuse was built without the cuda feature",
             )),
             #[cfg(feature = "cuda")]
-            Device::Auto => Ok(super::gpu::gpu().map_or(Placement::Cpu, Placement::Gpu)),
+            Device::Auto => Ok(super::eval::gpu::gpu().map_or(Placement::Cpu, Placement::Gpu)),
             #[cfg(not(feature = "cuda"))]
             Device::Auto => Ok(Placement::Cpu),
         }
@@ -89,7 +89,7 @@ impl Placement {
             }
             #[cfg(feature = "cuda")]
             Placement::Gpu(g) => {
-                g.driver_bytes() + super::gpu::PINNED_BYTES_PER_THREAD * threads as u64
+                g.driver_bytes() + super::eval::gpu::PINNED_BYTES_PER_THREAD * threads as u64
             }
         }
     }
@@ -129,7 +129,7 @@ impl Placement {
 #[derive(Debug, Clone)]
 pub struct DeviceKernel {
     #[cfg(feature = "cuda")]
-    inner: super::gpu::GpuKernel,
+    inner: super::eval::gpu::GpuKernel,
 }
 
 impl DeviceKernel {

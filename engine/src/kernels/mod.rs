@@ -1,17 +1,13 @@
-//! Compute kernels: fused elementwise programs over tiles, and streaming reductions.
+//! Compute kernels: fused elementwise programs over tiles ([`eval`]), streaming reductions
+//! ([`reduce`], with float32 partial sums in [`cascade`]), FFTs ([`fft`]), the choice of
+//! device ([`device`]) and the working registers they share ([`work`]).
 
 pub mod cascade;
 pub mod device;
-pub mod fast32;
+pub mod eval;
 pub mod fft;
-#[cfg(feature = "cuda")]
-pub mod gpu;
-pub mod ops;
-pub mod program;
 pub mod reduce;
-pub mod region;
 pub mod work;
 
-pub use program::{Inst, Program, Registers};
+pub use eval::{drive, eval_into, Inst, LeafInput, Program, Registers};
 pub use reduce::Accumulator;
-pub use region::{drive, eval_into, LeafInput};

@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::exec::memory::Reservation;
 use crate::exec::task::{Processor, Task, TaskContext, WriteOp};
 use crate::kernels::cascade::{self, PartialSums};
-use crate::kernels::fast32::SumMode;
-use crate::kernels::region::drive_tiles;
+use crate::kernels::eval::drive_tiles;
+use crate::kernels::eval::SumMode;
 use crate::kernels::Accumulator;
 use crate::optimize::fuse::Fused;
 use crate::plan::ReduceFunc;
@@ -318,7 +318,7 @@ impl ReduceProcessor {
                     &strides,
                     !positions,
                     |tile_leaves, n, at| {
-                        let at = crate::kernels::region::TileTarget {
+                        let at = crate::kernels::eval::TileTarget {
                             offset: at.offset + base,
                             ..at
                         };

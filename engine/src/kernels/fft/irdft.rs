@@ -10,8 +10,9 @@
 use num_complex::Complex;
 use rustfft::num_traits::Float;
 
+use super::lanes::{Lanes, GROUP};
+use super::precision::Precision;
 use super::rdft::{for_each_wide_group, madd, wide_group, Group, Lane, Split, WideGroupWork, WIDE};
-use super::{Lanes, Precision, GROUP};
 
 /// Real inverse transform of length `n` of every lane's Hermitian half-spectrum (its first
 /// `n / 2 + 1` values, zero-padded or cropped from the lanes' length), scaled by `scale`,

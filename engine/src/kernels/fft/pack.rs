@@ -13,7 +13,7 @@
 use num_complex::Complex;
 use rustfft::num_traits::Float;
 
-use super::GROUP;
+use super::lanes::GROUP;
 
 /// A block of output values: `GROUP` frequencies (rows) × `GROUP` lanes.
 pub(super) type Tile<T> = [[Complex<T>; GROUP]; GROUP];
@@ -158,7 +158,8 @@ mod avx2 {
 
     use num_complex::Complex;
 
-    use super::{unpack_one, GroupLanes, Tile, GROUP};
+    use crate::kernels::fft::lanes::GROUP;
+    use crate::kernels::fft::pack::{unpack_one, GroupLanes, Tile};
 
     /// [`super::gather_pairs`] of a whole group: per four rows, the group's eight value pairs
     /// of each row are transposed into four values of each packed lane.

@@ -15,7 +15,8 @@ use num_complex::Complex;
 use rayon::prelude::*;
 use rustfft::num_traits::Float;
 
-use super::{Lanes, Precision, SharedOut, GROUP};
+use super::lanes::{Lanes, SharedOut, GROUP};
+use super::precision::Precision;
 
 /// A length split as `cofactor × prime`, the prime being its largest prime factor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

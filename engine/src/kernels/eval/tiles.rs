@@ -5,9 +5,9 @@
 //! so a chunk of a plain array is one long run split into cache-sized tiles.
 
 use super::program::{Program, Registers};
-use super::work::{Reg, Strided, TILE};
 use crate::array::Buffer;
 use crate::error::Result;
+use crate::kernels::work::{Reg, Strided, TILE};
 
 /// A leaf buffer and how the region's coordinates address it.
 #[derive(Debug, Clone)]
@@ -184,7 +184,7 @@ pub fn eval_into(
         shape,
         &strides,
         true,
-        |reg, n, at| super::work::store(reg, n, out, at.offset),
+        |reg, n, at| crate::kernels::work::store(reg, n, out, at.offset),
     )
 }
 
@@ -192,7 +192,7 @@ pub fn eval_into(
 mod tests {
     use super::*;
     use crate::array::DType;
-    use crate::kernels::program::Inst;
+    use crate::kernels::eval::inst::Inst;
     use crate::plan::expr::Signature;
     use crate::plan::{Func, Scalar};
 

@@ -9,12 +9,13 @@ use cudarc::driver::{CudaContext, CudaFunction, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::CompileOptions;
 
 use super::codegen::{kernel_source, KERNEL_NAME};
+use super::failure::{cuda_error, guarded, panic_message};
 use super::staging::with_staging;
 use crate::array::grid::c_strides;
 use crate::array::{Buffer, DType};
 use crate::error::{Error, ErrorKind, Result};
-use crate::kernels::program::Program;
-use crate::kernels::region::LeafInput;
+use crate::kernels::eval::program::Program;
+use crate::kernels::eval::tiles::LeafInput;
 
 /// Threads per block of the elementwise kernel.
 const BLOCK_THREADS: u32 = 256;
@@ -38,28 +39,6 @@ impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Gpu({}, {})", self.name, self.arch)
     }
-}
-
-/// A CUDA failure while doing `what`.
-pub(super) fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorKind::Internal, format!("CUDA: {what}: {e}"))
-}
-
-/// The message of a panic inside cudarc (it panics where a loaded library lacks a symbol, as
-/// an older driver or NVRTC may).
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| panic.downcast_ref::<&str>().copied())
-        .unwrap_or("the CUDA libraries failed")
-        .to_string()
-}
-
-/// `f()`, with a panic inside cudarc turned into an error naming `what`.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|panic| Err(cuda_error(what, panic_message(panic.as_ref()))))
 }
 
 /// The device chosen by `CHUNKFUSE_CUDA_DEVICE` (an ordinal, 0 by default), opened on first

@@ -1,6 +1,6 @@
 //! CUDA C source for a fused elementwise [`Program`]. Each instruction is evaluated in the
 //! CPU evaluator's working types (bool, int64, uint64, double) and narrowed to its dtype after
-//! every step, exactly as [`crate::kernels::ops`] does, so arithmetic, comparisons, casts and
+//! every step, exactly as [`crate::kernels::eval::ufunc`] does, so arithmetic, comparisons, casts and
 //! selections give the CPU's bits; only the transcendental functions (exp, log, sin, cos,
 //! power) may differ from the CPU's in the last unit of a float64.
 //!
@@ -10,7 +10,8 @@
 use std::fmt::Write;
 
 use crate::array::DType;
-use crate::kernels::program::{Inst, Program};
+use crate::kernels::eval::inst::Inst;
+use crate::kernels::eval::program::Program;
 use crate::plan::{Func, Scalar};
 
 /// The name of the generated kernel.
@@ -256,7 +257,7 @@ fn call(func: Func, args: &[(String, Work)], out: Work) -> Option<String> {
 }
 
 /// Helpers the generated code calls: numpy's float and integer floor division and remainder
-/// (as [`crate::kernels::ops`]), NaN-propagating maximum and minimum, saturating
+/// (as [`crate::kernels::eval::ufunc`]), NaN-propagating maximum and minimum, saturating
 /// float-to-integer conversions.
 const PRELUDE: &str = r#"
 typedef long long i64;

@@ -3,6 +3,7 @@
 //! loaded dynamically, so the engine builds and runs where CUDA is absent.
 
 pub mod codegen;
+mod failure;
 mod runtime;
 mod staging;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUdeviceptr, CUevent_flags};
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 
-use super::runtime::cuda_error;
+use super::failure::cuda_error;
 use crate::error::Result;
 
 /// Bytes of one pinned buffer: one piece of a copy.

@@ -8,8 +8,9 @@ use super::gpu;
 use crate::array::dtype::{Operand, ALL_DTYPES};
 use crate::array::grid::c_strides;
 use crate::array::{Buffer, DType};
-use crate::kernels::program::{Inst, Program};
-use crate::kernels::region::{eval_into, LeafInput};
+use crate::kernels::eval::inst::Inst;
+use crate::kernels::eval::program::Program;
+use crate::kernels::eval::tiles::{eval_into, LeafInput};
 use crate::plan::expr::resolve;
 use crate::plan::{Func, Scalar};
 

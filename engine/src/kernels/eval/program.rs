@@ -1,58 +1,11 @@
 //! A fused elementwise expression compiled to a register program, evaluated tile by tile.
 
 use super::fast32::{Fast32, SumMode};
-use super::ops;
-use super::work::{cast, fill_const, load, Reg, Strided};
+use super::inst::Inst;
+use super::ufunc;
 use crate::array::{Buffer, DType};
 use crate::error::Result;
-use crate::plan::expr::Signature;
-use crate::plan::{Func, Scalar};
-
-/// One instruction; its result is the register with the instruction's index.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Inst {
-    /// Values of leaf `leaf`.
-    Load {
-        /// Leaf index.
-        leaf: usize,
-        /// The leaf's dtype.
-        dtype: DType,
-    },
-    /// A constant.
-    Const {
-        /// The value.
-        value: Scalar,
-        /// Its dtype.
-        dtype: DType,
-    },
-    /// A function of earlier registers.
-    Call {
-        /// The function.
-        func: Func,
-        /// Compute and result dtypes.
-        sig: Signature,
-        /// Argument registers.
-        args: Vec<usize>,
-    },
-    /// A cast of an earlier register.
-    Cast {
-        /// Argument register.
-        arg: usize,
-        /// Target dtype.
-        to: DType,
-    },
-}
-
-impl Inst {
-    /// The dtype of the instruction's result.
-    pub fn dtype(&self) -> DType {
-        match self {
-            Inst::Load { dtype, .. } | Inst::Const { dtype, .. } => *dtype,
-            Inst::Call { sig, .. } => sig.result,
-            Inst::Cast { to, .. } => *to,
-        }
-    }
-}
+use crate::kernels::work::{cast, fill_const, load, Reg, Strided};
 
 /// A register program; the value is the last instruction's register.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -216,7 +169,7 @@ impl Program {
                 Inst::Call { func, sig, args } => {
                     let (before, rest) = regs.split_at_mut(i);
                     let arg_regs: Vec<&Reg> = args.iter().map(|&a| &before[a]).collect();
-                    ops::call(*func, *sig, &arg_regs, &mut rest[0], n)?;
+                    ufunc::call(*func, *sig, &arg_regs, &mut rest[0], n)?;
                 }
                 Inst::Cast { arg, to } => {
                     let (before, rest) = regs.split_at_mut(i);
