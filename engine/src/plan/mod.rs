@@ -6,6 +6,7 @@ pub mod fft;
 pub mod graph;
 mod params;
 mod parse;
+pub mod wire;
 
 pub use expr::{Expr, Func, Scalar};
 pub use params::substitute;
