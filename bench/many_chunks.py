@@ -84,7 +84,7 @@ def _cases(x: Any) -> dict[str, Any]:
         "fftshift (whole)": da.fft.fftshift(x, axes=2),
         "fftshift, mean over time": da.fft.fftshift(x, axes=2).mean(axis=0),
         "fftshift over all axes, mean": da.fft.fftshift(x).mean(axis=0),
-        "xrft spectrum: |fftshift(fft(lon))|, mean": abs(
+        "xrft spectrum: abs(fftshift(fft(lon))), mean": abs(
             da.fft.fftshift(da.fft.fft(x, axis=2), axes=2)
         ).mean(axis=0),
         "tiny get: x[5, :32, :32]": x[5, :32, :32],
