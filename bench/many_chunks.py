@@ -9,7 +9,8 @@ scripts/make_era5.py), opens it with da.from_zarr and times, in this process, be
 `da.concatenate` of two longitude slices, `fftshift` along longitude (each computed whole and
 as a mean over time), `fftshift` over all axes, xrft's spectrum along longitude
 (`abs(fftshift(fft(x, axis=2), axes=2))`, a mean over time) and `x[5, :32, :32]` (the per-call
-cost of a tiny graph, best of 10x --repeat). Every result is checked against the threaded scheduler's. Prints a Markdown table.
+cost of a tiny graph, best of 10x --repeat). Every result is checked against the threaded
+scheduler's. Prints a Markdown table.
 """
 
 from __future__ import annotations
