@@ -164,7 +164,7 @@ impl FsStore {
             }
             Some(r) => {
                 let size = file.metadata()?.len();
-                let (start, end) = r.resolve(size).ok_or_else(|| past_end(&r, size))?;
+                let (start, end) = r.resolve(size).ok_or_else(|| r.past_end(size))?;
                 let len = (end - start) as usize;
                 if len >= MAP_THRESHOLD {
                     // An inner chunk of a shard, or a run of them: mapped like a whole file.
@@ -257,23 +257,6 @@ impl FsStore {
         }
         Ok(())
     }
-}
-
-/// The error for a range that does not fit a value of `size` bytes.
-pub(crate) fn past_end(r: &ByteRange, size: u64) -> std::io::Error {
-    let what = if r.from_end {
-        format!("the last {} bytes", r.offset)
-    } else {
-        format!(
-            "byte range {}..{}",
-            r.offset,
-            r.len.map_or(size, |l| r.offset.saturating_add(l))
-        )
-    };
-    std::io::Error::new(
-        IoKind::UnexpectedEof,
-        format!("{what} lie past the end ({size} bytes)"),
-    )
 }
 
 fn io_error(url: &str, key: &str, e: std::io::Error) -> Error {

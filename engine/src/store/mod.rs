@@ -66,6 +66,23 @@ impl ByteRange {
             .map_or(Some(size), |l| self.offset.checked_add(l))?;
         (end <= size && self.offset <= end).then_some((self.offset, end))
     }
+
+    /// The error for this range when it does not fit a value of `size` bytes.
+    pub(crate) fn past_end(&self, size: u64) -> std::io::Error {
+        let what = if self.from_end {
+            format!("the last {} bytes", self.offset)
+        } else {
+            format!(
+                "byte range {}..{}",
+                self.offset,
+                self.len.map_or(size, |l| self.offset.saturating_add(l))
+            )
+        };
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("{what} lie past the end ({size} bytes)"),
+        )
+    }
 }
 
 impl ReadRequest {

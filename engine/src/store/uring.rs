@@ -342,9 +342,7 @@ fn prepare(
     let size = meta.len();
     let (offset, end) = match read.range {
         None => (0, size),
-        Some(r) => r
-            .resolve(size)
-            .ok_or_else(|| super::fs::past_end(&r, size))?,
+        Some(r) => r.resolve(size).ok_or_else(|| r.past_end(size))?,
     };
     let want = (end - offset) as usize;
     if want == 0 {
