@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::plan::graph::{Graph, NodeKind};
 use crate::plan::{GroupDecl, Plan};
 use crate::store::{open_store, Store};
-use crate::zarr::check_target;
 use crate::zarr::group::{self, read_group};
+use crate::zarr::target::check_target;
 
 /// A group a job writes, with what it takes from its source group.
 pub(super) struct JobGroup {

@@ -209,7 +209,7 @@ fn group_documents(
 /// as the job's unfinished output; with `resume`, keeps the group (and the arrays in it) that
 /// an unfinished run of the same job left with the same attributes. Anything else at the
 /// root is erased first: the caller has checked that it may be (see
-/// [`check_target`](super::check_target)). Returns whether it resumed.
+/// [`check_target`](super::target::check_target)). Returns whether it resumed.
 pub fn open_target_group(
     store: &dyn Store,
     zarr_format: u8,

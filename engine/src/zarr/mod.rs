@@ -11,14 +11,13 @@ pub mod group;
 mod metadata;
 pub mod shard;
 pub mod stream;
-mod target;
+pub mod target;
 pub mod window;
 
 pub use attrs::ArrayAttrs;
 pub use create::{ArraySpec, Codec};
 pub use metadata::exists as array_exists;
 pub use metadata::ArrayInfo;
-pub use target::{check_target, TargetState};
 
 use std::borrow::Cow;
 use std::collections::HashMap;
