@@ -51,7 +51,7 @@ pub fn merged(mut parts: Vec<ConcatPart>) -> Vec<ConcatPart> {
         let before = parts.len();
         for axis in 0..rank {
             // Parts of one row along `axis` next to each other, in order along it.
-            parts.sort_by_key(|p| {
+            parts.sort_by_cached_key(|p| {
                 let mut key: Vec<u64> = (0..rank)
                     .filter(|&d| d != axis)
                     .map(|d| p.start[d])

@@ -15,7 +15,9 @@ pub fn elementwise_out_of_joins(graph: &Graph) -> Graph {
     let mut moved: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
     for node in &graph.nodes {
         let mut node = node.clone();
-        remap_inputs(&mut node.kind, &moved);
+        for i in node.kind.inputs_mut() {
+            *i = moved[*i];
+        }
         if let NodeKind::Concat { inputs, axis } = &node.kind {
             if let Some((expr, columns)) = like_programs(&nodes, inputs) {
                 let axis = *axis;
@@ -82,22 +84,5 @@ fn elementwise(node: &Node) -> Option<(&TExpr, &[NodeId])> {
     match &node.kind {
         NodeKind::Elementwise { inputs, expr } => Some((expr, inputs)),
         _ => None,
-    }
-}
-
-/// Points `kind`'s inputs at their nodes' new positions.
-fn remap_inputs(kind: &mut NodeKind, moved: &[NodeId]) {
-    match kind {
-        NodeKind::Source(_) => {}
-        NodeKind::Elementwise { inputs, .. } | NodeKind::Concat { inputs, .. } => {
-            for i in inputs {
-                *i = moved[*i];
-            }
-        }
-        NodeKind::Reduce(r) => r.input = moved[r.input],
-        NodeKind::Fft(f) => f.input = moved[f.input],
-        NodeKind::Rechunk { input }
-        | NodeKind::Slice { input, .. }
-        | NodeKind::Write { input, .. } => *input = moved[*input],
     }
 }

@@ -136,20 +136,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<PhysicalPlan> {
     let n = graph.nodes.len();
     let mut consumers = vec![Vec::new(); n];
     for (i, node) in graph.nodes.iter().enumerate() {
-        let inputs: Vec<usize> = match &node.kind {
-            NodeKind::Source(_) => vec![],
-            NodeKind::Elementwise { inputs, .. } | NodeKind::Concat { inputs, .. } => {
-                inputs.clone()
-            }
-            NodeKind::Reduce(r) => vec![r.input],
-            NodeKind::Fft(f) => vec![f.input],
-            NodeKind::Rechunk { input }
-            | NodeKind::Slice { input, .. }
-            | NodeKind::Write { input, .. } => {
-                vec![*input]
-            }
-        };
-        for j in inputs {
+        for &j in node.kind.inputs() {
             consumers[j].push(i);
         }
     }

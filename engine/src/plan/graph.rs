@@ -314,6 +314,36 @@ pub enum NodeKind {
     },
 }
 
+impl NodeKind {
+    /// The nodes this one reads, in order (none for a source).
+    pub fn inputs(&self) -> &[NodeId] {
+        use std::slice::from_ref;
+        match self {
+            NodeKind::Source(_) => &[],
+            NodeKind::Elementwise { inputs, .. } | NodeKind::Concat { inputs, .. } => inputs,
+            NodeKind::Reduce(r) => from_ref(&r.input),
+            NodeKind::Fft(f) => from_ref(&f.input),
+            NodeKind::Rechunk { input }
+            | NodeKind::Slice { input, .. }
+            | NodeKind::Write { input, .. } => from_ref(input),
+        }
+    }
+
+    /// [`inputs`](Self::inputs), to rewrite.
+    pub fn inputs_mut(&mut self) -> &mut [NodeId] {
+        use std::slice::from_mut;
+        match self {
+            NodeKind::Source(_) => &mut [],
+            NodeKind::Elementwise { inputs, .. } | NodeKind::Concat { inputs, .. } => inputs,
+            NodeKind::Reduce(r) => from_mut(&mut r.input),
+            NodeKind::Fft(f) => from_mut(&mut f.input),
+            NodeKind::Rechunk { input }
+            | NodeKind::Slice { input, .. }
+            | NodeKind::Write { input, .. } => from_mut(input),
+        }
+    }
+}
+
 /// A validated, typed node.
 #[derive(Debug, Clone)]
 pub struct Node {
