@@ -33,7 +33,10 @@ def report(title: str, s: dict[str, Any]) -> None:
     secs = s["seconds"]
     print(f"{title}")
     for stage in s["stages"]:
-        print(f"    stage: {stage}")
+        print(
+            f"    stage {stage['index']}: {stage['label']} ({stage['kind']}, {stage['strategy']}, "
+            f"{stage['tasks']} tasks, {stage['seconds']:.2f} s)"
+        )
     print(
         f"    {secs:.2f} s, {s['tasks']} tasks on {s['threads']} threads, "
         f"decoded {s['decoded_bytes'] / 1e9:.2f} GB ({s['decoded_bytes'] / 1e9 / secs:.2f} GB/s), "

@@ -178,10 +178,11 @@ def test_fft_along_a_finely_split_axis_reads_bands_or_spills_whichever_is_cheape
     summary = cli.run_plan(plan, max_mem=max_mem, threads=2)
     stages = summary["stages"]
     if way == "spilled":
-        assert stages[0].startswith("write f input"), stages
-        assert not any("band" in s for s in stages), stages
+        assert stages[0]["label"] == "write f input", stages
+        assert not any(s["strategy"] == "bands" for s in stages), stages
     else:
-        assert stages == [f"write w (blocks of [1, 1, 1] chunks) ({way})"], stages
+        want = ("write w", "bands", [1, 1, 1], 1 if way == "in 1 band" else 2)
+        assert [(s["label"], s["strategy"], s["unit"], s["bands"]) for s in stages] == [want]
         # 16 blocks each need all 48 chunks: read per block, that is 16 decodes of each;
         # in bands, at most one full decode per band.
         bands = 1 if way == "in 1 band" else 2
@@ -212,8 +213,8 @@ def test_fft_read_by_a_reduction_spills_rather_than_bands(cli: Cli, tmp_path: Pa
     }
     summary = cli.run_plan(plan, max_mem="64MB", threads=2)
     stages = summary["stages"]
-    assert stages[0].startswith("write f input"), stages
-    assert not any("band" in s for s in stages), stages
+    assert stages[0]["label"] == "write f input", stages
+    assert not any(s["strategy"] == "bands" for s in stages), stages
     # The source decoded once and the copy read once (per task, 4 decodes of each chunk).
     assert summary["decoded_bytes"] <= 2 * a.nbytes, summary
     want = np.abs(np.fft.rfft(a, axis=0)).mean(axis=1)
@@ -228,9 +229,9 @@ def test_power_spectrum_regions_follow_the_write_at_any_budget(cli: Cli, tmp_pat
     plan = power_spectrum_plan(tmp_path / "x.zarr", tmp_path / "out.zarr", [-1, 15, 20])
     for max_mem in ("64MB", "4GB"):
         summary = cli.run_plan(plan, max_mem=max_mem, threads=2)
-        write = [s for s in summary["stages"] if s.startswith("write w")]
+        write = [s for s in summary["stages"] if s["label"] == "write w"]
         assert len(write) == 1, summary["stages"]
-        assert write[0].startswith("write w (blocks of [1, 1, 1] chunks)"), write
+        assert write[0]["unit"] == [1, 1, 1], write
         # 16 output chunks, and before them the input's bands loaded or its copy split for
         # two threads.
         assert summary["tasks"] >= 16 + 1, summary

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::exec::driver::{Engine, RunOptions, RunSummary, Snapshot, StageKind, StageRecord};
 use crate::exec::ops::chunk_fn::{self, ChunkFunction, ChunkTask};
-use crate::run::{Engine, RunOptions, RunSummary};
 use crate::store::open_store;
 use crate::zarr::ZarrArray;
 
@@ -74,13 +74,19 @@ pub fn run_chunk_job(job: ChunkJob, opts: &RunOptions) -> Result<RunSummary> {
         .collect::<Result<_>>()?;
     let out = open_for_job(&job.target, job.name.clone(), opts.io_threads, true)?;
     let engine = Engine::new(opts)?;
+    let before = Snapshot::of(&engine.progress);
+    let mut record = StageRecord::new(0, StageKind::ChunkFunction, "chunk function", out.name());
     let tasks = chunk_fn::tasks(job.tasks, Arc::new(inputs), out, job.function)?;
     engine.check_fits(&tasks)?;
+    record.tasks = tasks.len() as u64;
+    record.parts = record.tasks;
+    record.task_budget = engine.task_budget;
+    record.largest_task_bytes = tasks.iter().map(|t| t.memory).max().unwrap_or(0);
     engine.progress.add_tasks(tasks.len() as u64);
     engine.scheduler.run(tasks)?;
     engine.progress.finish();
-    let stages = vec!["chunk function".to_string()];
-    Ok(engine.summary(job.name, started, stages, vec![job.target]))
+    before.close(&engine.progress, &mut record);
+    Ok(engine.summary(job.name, started, vec![record], vec![job.target]))
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 """chunkfuse: a Rust executor for chunked-array plans over Zarr.
 
 The engine lives in the native module ``chunkfuse._engine``; this package translates and
-calls it. ``run_plan`` executes a JSON plan (see docs/plan-ir.md) with the GIL released;
+calls it. ``run_plan`` executes a JSON plan (see docs/plan-ir.md) with the GIL released, and
+``explain_plan`` shows how it would run;
 ``rechunk`` copies a Zarr array into new chunks with bounded memory; ``chunkfuse.fft`` has
 numpy's FFTs for Cubed arrays; ``RustExecutor`` runs Cubed computations on the engine.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from chunkfuse import _engine
-from chunkfuse.engine_calls import device_info, engine_version, run_plan
+from chunkfuse.engine_calls import device_info, engine_version, explain_plan, run_plan
 from chunkfuse.iomode import io_mode, set_io, set_io_timeouts
 from chunkfuse.reading import ArrayReader, read, read_windows
 
@@ -21,6 +22,7 @@ __all__ = [
     "__version__",
     "device_info",
     "engine_version",
+    "explain_plan",
     "io_mode",
     "read",
     "read_windows",

@@ -1,5 +1,5 @@
-"""The engine's calls behind the package's facade: `run_plan`, `device_info` and
-`engine_version`. Modules of the package call them from here, never through the facade
+"""The engine's calls behind the package's facade: `run_plan`, `explain_plan`, `device_info`
+and `engine_version`. Modules of the package call them from here, never through the facade
 (`chunkfuse/__init__.py` re-exports them), so that no module imports the package it is in."""
 
 from __future__ import annotations
@@ -61,3 +61,23 @@ def run_plan(
         text, dict(params or {}), budget, threads, work_dir, progress, resume, device
     )
     return json.loads(summary)
+
+
+def explain_plan(
+    plan: str | Mapping[str, Any],
+    params: Mapping[str, str] | None = None,
+    *,
+    max_mem: int | str | None = None,
+    threads: int = 0,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """How `run_plan` would run a plan (JSON text or a dict) with the same `max_mem`,
+    `threads` and `device`, without running it or creating anything: a dict with the budget
+    (`max_mem`, `task_budget`), `threads`, `device`, and `stages`, each a record as a run's
+    summary has them (`kind`, `strategy`, `label`, `reads`, `fused`, `unit`, `tasks`,
+    `parts`, `bands`, `caches`, `shared`, `largest_task_bytes`, `task_budget`, ...; what a
+    stage moves and how long it takes are 0). The plan's sources must exist; its targets need
+    not. Plan errors raise as `run_plan`'s do."""
+    text = plan if isinstance(plan, str) else json.dumps(plan)
+    budget = budget_bytes(max_mem, "max_mem")
+    return json.loads(_engine.explain_plan(text, dict(params or {}), budget, threads, device))

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chunkfuse_engine::exec::progress::Progress;
-use chunkfuse_engine::run::{RunOptions, RunSummary};
+use chunkfuse_engine::run::RunOptions;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -31,13 +31,14 @@ pub fn observed_options(
     (opts, counters)
 }
 
-/// Runs `job` on an engine thread; returns its summary as JSON text.
+/// Runs `job` on an engine thread; returns what it returns (a run's summary, a plan's
+/// explanation) as JSON text.
 ///
 /// `progress(tasks_done, tasks_total)` is called (with the GIL, on this thread) whenever the
 /// counters changed; an exception from it, or a signal handler's (KeyboardInterrupt), sets
 /// `cancel`, waits for the engine to stop, and is raised. `on_error` may turn an engine error
 /// into the Python exception behind it.
-pub fn drive<F>(
+pub fn drive<F, T>(
     py: Python<'_>,
     counters: Arc<Progress>,
     cancel: Arc<AtomicBool>,
@@ -45,13 +46,14 @@ pub fn drive<F>(
     job: F,
 ) -> PyResult<String>
 where
-    F: FnOnce() -> chunkfuse_engine::Result<RunSummary> + Send + 'static,
+    F: FnOnce() -> chunkfuse_engine::Result<T> + Send + 'static,
+    T: serde::Serialize + Send,
 {
     drive_with(py, counters, cancel, progress, job, |_, e| to_py(e))
 }
 
 /// `drive`, with a custom mapping of engine errors to Python exceptions.
-pub fn drive_with<F, M>(
+pub fn drive_with<F, M, T>(
     py: Python<'_>,
     counters: Arc<Progress>,
     cancel: Arc<AtomicBool>,
@@ -60,7 +62,8 @@ pub fn drive_with<F, M>(
     on_error: M,
 ) -> PyResult<String>
 where
-    F: FnOnce() -> chunkfuse_engine::Result<RunSummary> + Send,
+    F: FnOnce() -> chunkfuse_engine::Result<T> + Send,
+    T: serde::Serialize + Send,
     M: FnOnce(Python<'_>, chunkfuse_engine::Error) -> PyErr,
 {
     let mut reported = (0u64, 0u64);

@@ -69,6 +69,28 @@ fn run_plan(
     })
 }
 
+/// How a JSON plan with `${NAME}` parameters would run, as JSON text: its stages, with the
+/// choices a run under the same budget and threads makes for each. Nothing is created and no
+/// task runs; the plan's sources are opened. Ctrl-C cancels as in `run_plan`.
+#[pyfunction]
+#[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, device="cpu"))]
+fn explain_plan(
+    py: Python<'_>,
+    plan_json: &str,
+    params: BTreeMap<String, String>,
+    max_mem: Option<u64>,
+    threads: usize,
+    device: &str,
+) -> PyResult<String> {
+    let plan = Plan::from_json(plan_json, &params).map_err(to_py)?;
+    let (mut opts, counters) = driver::observed_options(max_mem, threads, None, false);
+    opts.device = device.parse().map_err(to_py)?;
+    let cancel = opts.cancel.clone();
+    driver::drive(py, counters, cancel, None, move || {
+        run::explain_plan(&plan, &opts)
+    })
+}
+
 /// Where fused elementwise programs run for `device` (`"cpu"`, `"cuda"` or `"auto"`):
 /// `"cpu"` or `"cuda: NAME (compute_XY)"`; an error naming why when `"cuda"` cannot be used.
 #[pyfunction]
@@ -156,6 +178,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chunkfuse_engine::exec::memory::configure_allocator();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(run_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(explain_plan, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(array_info, m)?)?;

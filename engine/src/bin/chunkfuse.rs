@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use chunkfuse_engine::exec::memory::{human_bytes, parse_bytes};
 use chunkfuse_engine::plan::Plan;
-use chunkfuse_engine::run::{self, RechunkChunks, RechunkOptions, RunOptions, RunSummary};
+use chunkfuse_engine::run::{
+    self, Explained, RechunkChunks, RechunkOptions, RunOptions, RunSummary,
+};
 use chunkfuse_engine::zarr::Codec;
 use chunkfuse_engine::{Error, ErrorKind};
 use clap::{Args, Parser, Subcommand};
@@ -68,6 +70,18 @@ struct Common {
 enum Command {
     /// Validate and run a JSON plan.
     Run {
+        /// The plan file.
+        plan: std::path::PathBuf,
+        /// Plan parameter, NAME=VALUE (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Show how a JSON plan would run, without running it: its stages, what fused into
+    /// each, how each stage's tasks read (bands, streams, kept chunks, shared inputs) and
+    /// the bytes the largest task reserves against the budget.
+    Explain {
         /// The plan file.
         plan: std::path::PathBuf,
         /// Plan parameter, NAME=VALUE (repeatable).
@@ -216,7 +230,7 @@ fn print_summary(s: &RunSummary, json: bool) -> Result<(), Error> {
         s.plan, s.tasks, s.seconds, s.threads
     );
     for st in &s.stages {
-        println!("  stage: {st}");
+        println!("  stage: {}", st.describe());
     }
     if s.device != "cpu" {
         println!(
@@ -279,6 +293,142 @@ fn set_timeouts(cli: &Cli) -> Result<(), Error> {
     .map_err(|e| e.with_field("--io-timeout"))
 }
 
+/// Reads the plan file `path` with its `NAME=VALUE` parameters.
+fn read_plan(path: &std::path::Path, params: &[String]) -> Result<Plan, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::plan("plan", format!("cannot read {}: {e}", path.display())))?;
+    Plan::from_json(&text, &run::parse_params(params)?)
+}
+
+fn print_explained(e: &Explained, json: bool) -> Result<(), Error> {
+    if json {
+        return print_json(e);
+    }
+    println!(
+        "{}: {} stage(s); budget {} ({} for tasks) on {} thread(s), {}",
+        e.plan,
+        e.stages.len(),
+        human_bytes(e.max_mem),
+        human_bytes(e.task_budget),
+        e.threads,
+        e.device
+    );
+    for st in &e.stages {
+        println!("  stage {}: {}", st.index, st.describe());
+        println!(
+            "    {} stage, {}: {} task(s) in {} part(s), the largest reserving {} of {}",
+            st.kind.name(),
+            st.strategy.name(),
+            st.tasks,
+            st.parts,
+            human_bytes(st.largest_task_bytes),
+            human_bytes(st.task_budget)
+        );
+        println!("    reads {}", st.reads.join("; "));
+        if !st.fused.is_empty() {
+            println!("    fused {}", st.fused.join(", "));
+        }
+        println!("    writes {}", st.output);
+    }
+    Ok(())
+}
+
+fn rechunk_command(
+    source: &str,
+    target: &str,
+    options: RechunkOptions,
+    common: &Common,
+    cancel: Arc<AtomicBool>,
+) -> Result<(), Error> {
+    let plan = run::rechunk_plan(source, target, &options)?;
+    let summary = run::run_plan(&plan, &self::options(common, cancel)?)?;
+    print_summary(&summary, common.json)
+}
+
+fn info_command(store: &str, json: bool) -> Result<(), Error> {
+    let info = run::info(store)?;
+    if json {
+        return print_json(&info);
+    }
+    let i = &info.info;
+    println!("{store}");
+    println!("  zarr format  {}", i.zarr_format);
+    println!("  shape        {:?}", i.shape);
+    println!("  dtype        {}", i.dtype);
+    println!("  chunks       {:?}", i.chunks);
+    if let Some(s) = &i.shards {
+        println!("  shards       {s:?}");
+    }
+    println!("  codecs       {}", i.codecs.join(", "));
+    println!("  fill value   {}", i.fill_value);
+    println!("  decoded size {}", human_bytes(i.nbytes));
+    println!(
+        "  stored size  {} in {} chunk(s)",
+        human_bytes(info.stored_bytes),
+        info.stored_chunks
+    );
+    println!("  compression  {:.2}x", info.compression_ratio);
+    Ok(())
+}
+
+fn bench_command(what: BenchCommand) -> Result<(), Error> {
+    let gbs = |bytes: u64, seconds: f64| bytes as f64 / 1e9 / seconds.max(1e-9);
+    match what {
+        BenchCommand::Read {
+            source,
+            threads,
+            json,
+        } => {
+            let f = run::read_floor(&source, threads, None)?;
+            if json {
+                return print_json(&f);
+            }
+            println!(
+                "read and decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
+                human_bytes(f.decoded_bytes),
+                f.seconds,
+                gbs(f.decoded_bytes, f.seconds),
+                f.threads
+            );
+        }
+        BenchCommand::Decode {
+            source,
+            threads,
+            json,
+        } => {
+            let f = run::codec_floor(&source, threads, None)?;
+            if json {
+                return print_json(&f);
+            }
+            println!(
+                "decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
+                human_bytes(f.decoded_bytes),
+                f.decode_seconds,
+                gbs(f.decoded_bytes, f.decode_seconds),
+                f.threads
+            );
+        }
+        BenchCommand::Codec {
+            source,
+            chunks,
+            codec,
+            threads,
+            json,
+        } => {
+            let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
+            let f = run::codec_floor(&source, threads, Some((&chunks, &codec)))?;
+            if json {
+                return print_json(&f);
+            }
+            println!(
+                "decode {:.3} s + encode {:.3} s = {:.3} s on {} thread(s)",
+                f.decode_seconds, f.encode_seconds, f.seconds, f.threads
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
     if let Some(io) = &cli.io {
         let mode =
@@ -292,12 +442,18 @@ fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
             params,
             common,
         } => {
-            let text = std::fs::read_to_string(&plan)
-                .map_err(|e| Error::plan("plan", format!("cannot read {}: {e}", plan.display())))?;
-            let params = run::parse_params(&params)?;
-            let plan = Plan::from_json(&text, &params)?;
+            let plan = read_plan(&plan, &params)?;
             let summary = run::run_plan(&plan, &options(&common, cancel)?)?;
             print_summary(&summary, common.json)
+        }
+        Command::Explain {
+            plan,
+            params,
+            common,
+        } => {
+            let plan = read_plan(&plan, &params)?;
+            let explained = run::explain_plan(&plan, &options(&common, cancel)?)?;
+            print_explained(&explained, common.json)
         }
         Command::Rechunk {
             source,
@@ -309,104 +465,19 @@ fn main_inner(cli: Cli, cancel: Arc<AtomicBool>) -> Result<(), Error> {
             zarr_format,
             common,
         } => {
-            let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
-            let plan = run::rechunk_plan(
-                &source,
-                &target,
-                &RechunkOptions {
-                    chunks: RechunkChunks::parse_cli(&chunks, "--chunks")?,
-                    shards: shards
-                        .map(|s| RechunkChunks::parse_cli(&s, "--shards"))
-                        .transpose()?,
-                    codec,
-                    zarr_format,
-                    overwrite,
-                },
-            )?;
-            let summary = run::run_plan(&plan, &options(&common, cancel)?)?;
-            print_summary(&summary, common.json)
+            let options = RechunkOptions {
+                chunks: RechunkChunks::parse_cli(&chunks, "--chunks")?,
+                shards: shards
+                    .map(|s| RechunkChunks::parse_cli(&s, "--shards"))
+                    .transpose()?,
+                codec: Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?,
+                zarr_format,
+                overwrite,
+            };
+            rechunk_command(&source, &target, options, &common, cancel)
         }
-        Command::Info { store, json } => {
-            let info = run::info(&store)?;
-            if json {
-                return print_json(&info);
-            }
-            let i = &info.info;
-            println!("{store}");
-            println!("  zarr format  {}", i.zarr_format);
-            println!("  shape        {:?}", i.shape);
-            println!("  dtype        {}", i.dtype);
-            println!("  chunks       {:?}", i.chunks);
-            if let Some(s) = &i.shards {
-                println!("  shards       {s:?}");
-            }
-            println!("  codecs       {}", i.codecs.join(", "));
-            println!("  fill value   {}", i.fill_value);
-            println!("  decoded size {}", human_bytes(i.nbytes));
-            println!(
-                "  stored size  {} in {} chunk(s)",
-                human_bytes(info.stored_bytes),
-                info.stored_chunks
-            );
-            println!("  compression  {:.2}x", info.compression_ratio);
-            Ok(())
-        }
-        Command::Bench { what } => match what {
-            BenchCommand::Read {
-                source,
-                threads,
-                json,
-            } => {
-                let f = run::read_floor(&source, threads, None)?;
-                if json {
-                    return print_json(&f);
-                }
-                println!(
-                    "read and decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
-                    human_bytes(f.decoded_bytes),
-                    f.seconds,
-                    f.decoded_bytes as f64 / 1e9 / f.seconds.max(1e-9),
-                    f.threads
-                );
-                Ok(())
-            }
-            BenchCommand::Decode {
-                source,
-                threads,
-                json,
-            } => {
-                let f = run::codec_floor(&source, threads, None)?;
-                if json {
-                    return print_json(&f);
-                }
-                println!(
-                    "decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
-                    human_bytes(f.decoded_bytes),
-                    f.decode_seconds,
-                    f.decoded_bytes as f64 / 1e9 / f.decode_seconds.max(1e-9),
-                    f.threads
-                );
-                Ok(())
-            }
-            BenchCommand::Codec {
-                source,
-                chunks,
-                codec,
-                threads,
-                json,
-            } => {
-                let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
-                let f = run::codec_floor(&source, threads, Some((&chunks, &codec)))?;
-                if json {
-                    return print_json(&f);
-                }
-                println!(
-                    "decode {:.3} s + encode {:.3} s = {:.3} s on {} thread(s)",
-                    f.decode_seconds, f.encode_seconds, f.seconds, f.threads
-                );
-                Ok(())
-            }
-        },
+        Command::Info { store, json } => info_command(&store, json),
+        Command::Bench { what } => bench_command(what),
     }
 }
 

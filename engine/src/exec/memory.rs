@@ -301,6 +301,39 @@ fn set_allocator_thresholds(bytes: i32) {
     let _ = bytes;
 }
 
+/// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(0)
+}
+
+/// A safe default budget: a quarter of the available memory, at least 256 MiB.
+pub fn default_max_mem() -> u64 {
+    let avail = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(4 << 30);
+    (avail / 4).max(256 << 20)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,10 @@
-//! Execution: the scheduler, the memory budget, tasks, progress and cancellation.
+//! Execution: the driver that runs a physical plan stage by stage, the scheduler, the memory
+//! budget, tasks, progress and cancellation.
 
 pub mod bands;
 pub mod chunk_cache;
 pub mod cpu_cache;
+pub mod driver;
 pub mod memory;
 pub mod ops;
 pub mod progress;

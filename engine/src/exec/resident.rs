@@ -285,6 +285,7 @@ fn region_task(
         memory,
         batches,
         outputs: Vec::new(),
+        part: 0,
         processor: Box::new(BandProcessor {
             arr: arr.clone(),
             band,

@@ -657,6 +657,7 @@ mod tests {
                     })
                     .collect(),
                 outputs: Vec::new(),
+                part: 0,
                 processor: Box::new(Doubler {
                     store: store.clone(),
                     sum: 0,
@@ -727,6 +728,7 @@ mod tests {
                     req: ReadRequest::whole(format!("in/{t}")),
                 }]],
                 outputs: Vec::new(),
+                part: 0,
                 processor: Box::new(Doubler {
                     store: out.clone(),
                     sum: 0,

@@ -134,4 +134,8 @@ pub struct Task {
     /// The chunk keys the task writes, all in one output store; a resumed run skips a task
     /// whose keys all exist. Empty for tasks that are never skipped (reductions).
     pub outputs: Vec<String>,
+    /// Which part of its stage the task belongs to, numbered from 0 in task order. The
+    /// tasks of one part run together, in one process (a reduction's groups for one output
+    /// chunk merge their partial results in memory); different parts may run apart.
+    pub part: usize,
 }

@@ -137,6 +137,7 @@ pub fn tasks(
                 memory: 2 * in_bytes + 3 * out_bytes,
                 batches: vec![reads],
                 outputs: Vec::new(),
+                part: task,
                 processor: Box::new(ChunkFnProcessor {
                     task,
                     spec,

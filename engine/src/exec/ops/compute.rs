@@ -341,7 +341,8 @@ pub fn tasks_for_blocks(
     let threads = threads.max(1);
     blocks
         .into_iter()
-        .map(|b| {
+        .enumerate()
+        .map(|(part, b)| {
             let (chunks, region) = block_region(out.grid(), block, &b);
             let read = RegionRead::plan(&fused, &arrays, &region);
             let BlockPlan {
@@ -367,6 +368,7 @@ pub fn tasks_for_blocks(
                 memory,
                 batches,
                 outputs,
+                part,
                 processor: Box::new(ComputeProcessor {
                     fused: fused.clone(),
                     arrays: arrays.clone(),

@@ -656,7 +656,7 @@ pub fn tasks(
     let cascade = cascade::cascades(params.func)
         && fused.dtype() == crate::array::DType::F32
         && fused.program.is_single_precision();
-    for (idx, out_region, chunk_input, regions) in chunk_pieces {
+    for (part, (idx, out_region, chunk_input, regions)) in chunk_pieces.into_iter().enumerate() {
         later -= regions.len();
         let reads: Vec<RegionRead> = regions
             .iter()
@@ -741,6 +741,7 @@ pub fn tasks(
                 memory,
                 batches,
                 outputs: Vec::new(),
+                part,
                 processor: Box::new(ReduceProcessor {
                     fused: fused.clone(),
                     arrays: arrays.clone(),

@@ -202,7 +202,8 @@ pub fn tasks(
     let groups = indices_in(&super::compute::block_grid(out.grid(), group));
     groups
         .into_iter()
-        .map(|g| {
+        .enumerate()
+        .map(|(part, g)| {
             let (chunks, region) = super::compute::block_region(out.grid(), group, &g);
             // Batches of whole input chunks along the first axis, within the byte limit.
             let in_rows = input.axes()[0].overlapping(region.start[0], region.shape[0]);
@@ -245,6 +246,7 @@ pub fn tasks(
                 memory,
                 batches,
                 outputs,
+                part,
                 processor: Box::new(StreamProcessor {
                     arrays: arrays.clone(),
                     out: out.clone(),

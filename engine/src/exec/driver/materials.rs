@@ -1,0 +1,75 @@
+//! The arrays a physical plan reads and writes, opened: sources as they are, targets and
+//! intermediates created (or, to check a plan before anything is written, in-memory
+//! stand-ins of them).
+
+use std::sync::Arc;
+
+use crate::error::{Result, ResultExt};
+use crate::exec::ops::region::Arrays;
+use crate::optimize::stages::{Material, MaterialOrigin};
+use crate::store::open_store;
+use crate::zarr::ZarrArray;
+
+/// Opens every material: sources as they are, targets and intermediates created in their
+/// stores, or, without a `work_root`, created in memory as stand-ins for planning checks.
+/// `job` is the job's fingerprint (arrays created are marked as its unfinished output) and
+/// whether to resume what an unfinished run of it left.
+pub fn open_materials(
+    materials: &[Material],
+    io_threads: usize,
+    work_root: Option<&std::path::Path>,
+    job: Option<(&str, bool)>,
+) -> Result<(Arrays, Vec<bool>)> {
+    static STAND_IN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut arrays = Vec::with_capacity(materials.len());
+    let mut resumed = vec![false; materials.len()];
+    for (i, m) in materials.iter().enumerate() {
+        let (store, spec) = match (&m.origin, work_root) {
+            (MaterialOrigin::Source(a), _) => {
+                arrays.push(a.clone());
+                continue;
+            }
+            (MaterialOrigin::Target { spec, .. } | MaterialOrigin::Intermediate { spec }, None) => {
+                let n = STAND_IN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let store = crate::store::memory::MemoryStore::named(&format!("stand-in-{n}"));
+                (store, spec)
+            }
+            (MaterialOrigin::Target { url, spec, .. }, Some(_)) => {
+                (open_store(url, io_threads)?, spec)
+            }
+            (MaterialOrigin::Intermediate { spec }, Some(root)) => {
+                let dir = root.join(format!("{i}.zarr"));
+                (open_store(&dir.display().to_string(), io_threads)?, spec)
+            }
+        };
+        let attrs = match &m.origin {
+            MaterialOrigin::Target { attrs, .. } => attrs.clone(),
+            _ => Default::default(),
+        };
+        // A target is marked while the job runs when the run may resume it, or when it may
+        // not be overwritten (a rerun recognises its own unfinished output by the marker).
+        let marked = job.filter(|&(_, resume)| resume || !spec.overwrite);
+        let arr = match (marked, work_root) {
+            (Some((job, resume)), Some(_)) => {
+                let (arr, again) = ZarrArray::open_target(store.clone(), spec, &attrs, job, resume)
+                    .array_ctx(&m.name)?;
+                resumed[i] = again;
+                arr
+            }
+            _ => ZarrArray::create_with(store.clone(), spec, &attrs, None).array_ctx(&m.name)?,
+        }
+        .with_name(&m.name);
+        // The engine's sharded intermediates are read inner chunk by inner chunk.
+        let arr = match &m.origin {
+            MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
+                arr.with_inner_reads()
+            }
+            _ => arr,
+        };
+        if work_root.is_none() {
+            store.erase_prefix("")?;
+        }
+        arrays.push(Arc::new(arr));
+    }
+    Ok((Arc::new(arrays), resumed))
+}

@@ -1,0 +1,207 @@
+//! One job: a validated plan, its engine and physical plan, its targets created and its
+//! materials opened. It runs stage by stage, or part by part of a stage (what a remote
+//! worker will run), and finishes by marking its targets complete.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::fit::fitting_engine;
+use super::job_groups::{self, JobGroup};
+use crate::error::Result;
+use crate::exec::driver::{open_materials, Driver, RunOptions, RunSummary, StageRecord};
+use crate::optimize::stages::{MaterialOrigin, PhysicalPlan};
+use crate::plan::graph::Graph;
+use crate::plan::Plan;
+
+/// Removes the work directory when dropped.
+struct WorkDir(Option<PathBuf>);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a fingerprint that stays the same across runs and builds.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What identifies a job: its typed graph, with each source's URL and metadata, and the
+/// groups it writes. A rerun with the same plan over the same sources has the same
+/// fingerprint. Sources are identified by their metadata, not their contents.
+fn job_fingerprint(graph: &Graph, groups: &[crate::plan::GroupDecl]) -> String {
+    let mut text = format!("{groups:?}\n");
+    for node in &graph.nodes {
+        let kind = match &node.kind {
+            crate::plan::graph::NodeKind::Source(a) => format!("source {} {:?}", a.url(), a.info()),
+            k => format!("{k:?}"),
+        };
+        text.push_str(&format!(
+            "{} {:?} {} {:?} {kind}\n",
+            node.id,
+            node.shape,
+            node.dtype,
+            node.grid.chunk_shape()
+        ));
+    }
+    format!("{:016x}", fnv1a(&text))
+}
+
+/// What identifies a physical plan of a job (its intermediates depend on the budget).
+fn physical_fingerprint(physical: &PhysicalPlan) -> String {
+    let materials: Vec<String> = physical
+        .materials
+        .iter()
+        .map(|m| {
+            let origin = match &m.origin {
+                MaterialOrigin::Source(a) => a.url().to_string(),
+                MaterialOrigin::Target { url, spec, attrs } => format!("{url} {spec:?} {attrs:?}"),
+                MaterialOrigin::Intermediate { spec } => format!("{spec:?}"),
+            };
+            format!("{} {:?} {}", m.name, m.grid.chunk_shape(), origin)
+        })
+        .collect();
+    let text = format!("{materials:?} {:?}", physical.stages);
+    format!("{:016x}", fnv1a(&text))
+}
+
+/// A job ready to run: targets and intermediates created, materials opened.
+pub struct Job {
+    name: String,
+    started: Instant,
+    driver: Driver,
+    materials: Vec<MaterialOrigin>,
+    groups: Vec<JobGroup>,
+    outputs: Vec<String>,
+    /// The job's fingerprint, when the run is resumable.
+    job: Option<String>,
+    work_root: PathBuf,
+    has_intermediates: bool,
+    /// Removes a non-resumable run's work directory when the job is dropped.
+    _work: WorkDir,
+    records: Vec<StageRecord>,
+}
+
+impl Job {
+    /// Validates `plan`, plans it for the budget of `opts` and creates its targets and
+    /// intermediates (a resumable run keeps what an unfinished run of the same job wrote).
+    pub fn prepare(plan: &Plan, opts: &RunOptions) -> Result<Job> {
+        let started = Instant::now();
+        let graph = Graph::build(plan, opts.io_threads)?;
+        let (engine, physical) = fitting_engine(&graph, opts)?;
+        // A target belongs to the job (the plan over its sources); intermediates belong to
+        // one physical plan of it (budget and threads shape them), so their directory names
+        // both.
+        let fingerprint = job_fingerprint(&graph, &plan.groups);
+        let job = opts.resume.then(|| fingerprint.clone());
+        let work_root = work_root(opts.work_dir.as_deref(), job.as_deref(), &physical, started);
+        let has_intermediates = physical
+            .materials
+            .iter()
+            .any(|m| matches!(m.origin, MaterialOrigin::Intermediate { .. }));
+        // A resumable run keeps its work directory when it fails; it removes it on success.
+        let work = WorkDir((has_intermediates && job.is_none()).then(|| work_root.clone()));
+        // Nothing the job may not replace is at its targets; then its groups are made,
+        // before the arrays in them.
+        let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
+        job_groups::open(&groups, &fingerprint, opts.resume)?;
+        let (arrays, resumed) = open_materials(
+            &physical.materials,
+            opts.io_threads,
+            Some(&work_root),
+            Some((&fingerprint, opts.resume)),
+        )?;
+        let outputs = physical
+            .materials
+            .iter()
+            .filter_map(|m| match &m.origin {
+                MaterialOrigin::Target { url, .. } => Some(url.clone()),
+                _ => None,
+            })
+            .collect();
+        let PhysicalPlan { materials, stages } = physical;
+        Ok(Job {
+            name: graph.name.clone(),
+            started,
+            driver: Driver::new(engine, stages, arrays, resumed),
+            materials: materials.into_iter().map(|m| m.origin).collect(),
+            groups,
+            outputs,
+            job,
+            work_root,
+            has_intermediates,
+            _work: work,
+            records: Vec::new(),
+        })
+    }
+
+    /// How many stages the job has.
+    pub fn stage_count(&self) -> usize {
+        self.driver.stages().len()
+    }
+
+    /// How many parts stage `at` has: [`Job::run_parts`] takes any range of them.
+    pub fn parts(&self, at: usize) -> Result<usize> {
+        self.driver.parts(at)
+    }
+
+    /// Runs stage `at` whole; returns its record, which the summary keeps.
+    pub fn run_stage(&mut self, at: usize) -> Result<StageRecord> {
+        let record = self.driver.run_stage(at)?;
+        self.records.push(record.clone());
+        Ok(record)
+    }
+
+    /// Runs the parts `parts` of stage `at` (see [`crate::exec::Task::part`]); returns their
+    /// record, which the summary keeps.
+    pub fn run_parts(&mut self, at: usize, parts: Range<usize>) -> Result<StageRecord> {
+        let record = self.driver.run_parts(at, parts)?;
+        self.records.push(record.clone());
+        Ok(record)
+    }
+
+    /// Marks the targets and their groups complete, removes the work directory, and returns
+    /// the summary of every stage run.
+    pub fn finish(self) -> Result<RunSummary> {
+        for (arr, origin) in self.driver.arrays().iter().zip(&self.materials) {
+            if matches!(origin, MaterialOrigin::Target { .. }) {
+                arr.finish_job()?;
+            }
+        }
+        job_groups::finish(&self.groups, &self.outputs)?;
+        if self.job.is_some() && self.has_intermediates {
+            let _ = std::fs::remove_dir_all(&self.work_root);
+        }
+        let engine = self.driver.engine();
+        engine.progress.finish();
+        Ok(engine.summary(self.name, self.started, self.records, self.outputs))
+    }
+}
+
+/// Where a job's intermediates go: a directory named after the job and its physical plan
+/// for a resumable run (a rerun finds it), else after this process and moment.
+fn work_root(
+    base: Option<&Path>,
+    job: Option<&str>,
+    physical: &PhysicalPlan,
+    started: Instant,
+) -> PathBuf {
+    let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    match job {
+        Some(job) => base.join(format!(
+            "chunkfuse-job-{job}-{}",
+            physical_fingerprint(physical)
+        )),
+        None => base.join(format!(
+            "chunkfuse-{}-{}",
+            std::process::id(),
+            started.elapsed().as_nanos()
+        )),
+    }
+}

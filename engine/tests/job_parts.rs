@@ -1,0 +1,138 @@
+//! A job's stages run part by part, in separate calls, write what one whole run writes; a
+//! range of parts that is not the stage's is refused.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chunkfuse_engine::array::{Buffer, DType};
+use chunkfuse_engine::plan::Plan;
+use chunkfuse_engine::run::{run_plan, Job, RunOptions};
+use chunkfuse_engine::store::fs::FsStore;
+use chunkfuse_engine::store::{Store, Value};
+use chunkfuse_engine::zarr::{ArraySpec, Codec, ZarrArray};
+
+fn store_at(path: &Path) -> Arc<dyn Store> {
+    Arc::new(FsStore::new(path, 2).unwrap())
+}
+
+/// A (12, 6, 5) float32 array at `path` in (2, 3, 5) chunks, every value distinct.
+fn make_source(path: &Path) {
+    let spec = ArraySpec {
+        shape: vec![12, 6, 5],
+        dtype: DType::F32,
+        chunks: vec![2, 3, 5],
+        shards: None,
+        codec: Codec::None,
+        zarr_format: 3,
+        fill: None,
+        overwrite: true,
+        existing: false,
+        region: None,
+    };
+    let store = store_at(path);
+    let arr = ZarrArray::create(store.clone(), &spec).unwrap();
+    let grid = arr.grid().clone();
+    for idx in grid.chunk_indices() {
+        let r = grid.chunk_region(&idx);
+        let mut b = Buffer::zeros(DType::F32, r.len() as usize);
+        let first = (r.start[0] * 30 + r.start[1] * 5) as f32;
+        for (k, v) in b.as_slice_mut::<f32>().unwrap().iter_mut().enumerate() {
+            *v = (first + k as f32).sin() * 100.0;
+        }
+        if let Some(bytes) = arr.encode_chunk(&idx, &b).unwrap() {
+            store.set(&arr.chunk_key(&idx), bytes).unwrap();
+        }
+    }
+}
+
+/// Every chunk of the array at `path`, decoded, in grid order.
+fn chunks_of(path: &Path) -> Vec<Vec<f32>> {
+    let store = store_at(path);
+    let arr = ZarrArray::open(store.clone()).unwrap();
+    let grid = arr.grid().clone();
+    grid.chunk_indices()
+        .iter()
+        .map(|idx| {
+            let bytes = store.get(&arr.chunk_key(idx)).unwrap();
+            let b = arr.decode_chunk(idx, bytes.map(Value::Owned)).unwrap();
+            b.as_slice::<f32>().unwrap().to_vec()
+        })
+        .collect()
+}
+
+/// x minus its mean over time (a reduction, then an elementwise stage), written to `target`.
+fn anomaly_plan(source: &Path, target: &Path) -> Plan {
+    let json = format!(
+        r#"{{"name": "anomaly", "arrays": [{{"id": "x", "zarr": "{}"}}], "ops": [
+            {{"id": "m", "op": "reduce", "input": "x", "func": "mean", "axes": [0], "keepdims": true}},
+            {{"id": "a", "op": "elementwise", "inputs": ["x", "m"],
+              "expr": {{"op": "subtract", "args": [{{"input": 0}}, {{"input": 1}}]}}}},
+            {{"id": "out", "op": "write", "input": "a", "target": "{}", "chunks": [2, 3, 5]}}]}}"#,
+        source.display(),
+        target.display()
+    );
+    Plan::from_json(&json, &Default::default()).unwrap()
+}
+
+fn options(work: &Path) -> RunOptions {
+    RunOptions {
+        max_mem: Some(64 << 20),
+        threads: 2,
+        work_dir: Some(work.to_path_buf()),
+        ..RunOptions::default()
+    }
+}
+
+#[test]
+fn stages_run_in_parts_write_what_a_whole_run_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("x.zarr");
+    make_source(&source);
+    let whole = dir.path().join("whole.zarr");
+    let once = run_plan(&anomaly_plan(&source, &whole), &options(dir.path())).unwrap();
+
+    let parted = dir.path().join("parted.zarr");
+    let mut job = Job::prepare(&anomaly_plan(&source, &parted), &options(dir.path())).unwrap();
+    for at in 0..job.stage_count() {
+        let parts = job.parts(at).unwrap();
+        assert!(parts >= 2, "stage {at} has {parts} part(s)");
+        // Two calls, the second first: parts are independent of one another.
+        let half = parts / 2;
+        let late = job.run_parts(at, half..parts).unwrap();
+        let early = job.run_parts(at, 0..half).unwrap();
+        assert_eq!(
+            (early.parts, late.parts),
+            (half as u64, (parts - half) as u64)
+        );
+        // Each call ran its own parts' tasks, no others.
+        assert_eq!(
+            early.tasks + late.tasks,
+            once.stages[at].tasks,
+            "stage {at}"
+        );
+    }
+    let summary = job.finish().unwrap();
+    assert_eq!(summary.stages.len(), 2 * once.stages.len());
+    assert_eq!(chunks_of(&parted), chunks_of(&whole));
+}
+
+#[test]
+fn parts_out_of_range_are_refused_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("x.zarr");
+    make_source(&source);
+    let target = dir.path().join("out.zarr");
+    let mut job = Job::prepare(&anomaly_plan(&source, &target), &options(dir.path())).unwrap();
+    let last = job.stage_count() - 1;
+    let parts = job.parts(last).unwrap();
+    let err = job.run_parts(last, 0..parts + 1).unwrap_err().to_string();
+    assert!(err.contains(&format!("has parts 0..{parts}")), "{err}");
+    let err = job
+        .run_parts(job.stage_count(), 0..1)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no stage"), "{err}");
+    assert!(std::fs::read_dir(&target)
+        .unwrap()
+        .all(|e| e.unwrap().file_name() != "c"));
+}
