@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::array::{ChunkGrid, DType, Region};
-use crate::kernels::fft::{FftNorm, FftStep};
 use crate::kernels::{Inst, Program};
+use crate::plan::fft_params::{FftNorm, FftStep};
 use crate::plan::graph::{TExpr, View};
 
 /// Index of a materialized array in the run's material table.

@@ -1,12 +1,12 @@
 //! Validation and typing of `fft` ops: axes, lengths, dtypes and the per-axis steps the
 //! kernels run, with numpy's rules.
 
+use super::fft_params::{FftNorm, FftStep, FftStepKind};
 use super::graph::{Node, NodeId, NodeKind};
 use super::{FftDecl, FftKind};
 use crate::array::dtype::Kind;
 use crate::array::{AxisChunks, ChunkGrid, DType};
 use crate::error::Result;
-use crate::kernels::fft::{FftNorm, FftStep, FftStepKind};
 use crate::{plan_bail, plan_ensure};
 
 /// The largest natural chunk of an FFT's result (it is what a write of it uses by default).

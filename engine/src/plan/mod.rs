@@ -3,6 +3,7 @@
 
 pub mod expr;
 pub mod fft;
+pub mod fft_params;
 pub mod graph;
 mod params;
 mod parse;
@@ -13,6 +14,7 @@ pub use params::substitute;
 
 use crate::array::DType;
 use crate::zarr::{ArrayAttrs, Codec};
+use fft_params::FftNorm;
 
 /// A parsed, untyped plan.
 #[derive(Debug, Clone)]
@@ -222,7 +224,7 @@ pub struct FftDecl {
     /// Transform lengths, one per axis (numpy's `n` / `s`); from the input when `None`.
     pub lengths: Option<Vec<i64>>,
     /// Normalisation.
-    pub norm: crate::kernels::fft::FftNorm,
+    pub norm: FftNorm,
 }
 
 /// Where and how a `write` op stores its array.
