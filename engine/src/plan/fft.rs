@@ -1,8 +1,8 @@
 //! Validation and typing of `fft` ops: axes, lengths, dtypes and the per-axis steps the
 //! kernels run, with numpy's rules.
 
-use super::fft_params::{FftNorm, FftStep, FftStepKind};
-use super::graph::{Node, NodeId, NodeKind};
+use super::fft_params::{FftStep, FftStepKind};
+use super::node::{FftSpec, Node, NodeId, NodeKind};
 use super::{FftDecl, FftKind};
 use crate::array::dtype::Kind;
 use crate::array::{AxisChunks, ChunkGrid, DType};
@@ -11,26 +11,6 @@ use crate::{plan_bail, plan_ensure};
 
 /// The largest natural chunk of an FFT's result (it is what a write of it uses by default).
 pub const NATURAL_CHUNK_BYTES: u64 = 64 << 20;
-
-/// A typed FFT: what the kernels run on each block.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FftSpec {
-    /// The input node.
-    pub input: NodeId,
-    /// The dtype input values are cast to before the first step.
-    pub compute: DType,
-    /// Steps in order, one per transformed axis.
-    pub steps: Vec<FftStep>,
-    /// Normalisation.
-    pub norm: FftNorm,
-}
-
-impl FftSpec {
-    /// The transformed axes.
-    pub fn axes(&self) -> Vec<usize> {
-        self.steps.iter().map(|s| s.axis).collect()
-    }
-}
 
 /// The single or double precision an FFT of `dtype` computes in, as numpy 2: float32 and
 /// complex64 stay single, everything else is double. `None` for bool (not numeric).

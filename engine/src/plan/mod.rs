@@ -5,8 +5,10 @@ pub mod expr;
 pub mod fft;
 pub mod fft_params;
 pub mod graph;
+pub mod node;
 mod params;
 mod parse;
+pub mod view;
 pub mod wire;
 
 pub use expr::{Expr, Func, Scalar};
