@@ -2,12 +2,12 @@
 //! substituted, then validated and typed into a [`graph::Graph`] before anything runs.
 
 pub mod expr;
-pub mod fft;
 pub mod fft_params;
 pub mod graph;
 pub mod node;
 mod params;
 mod parse;
+mod typing;
 pub mod view;
 pub mod wire;
 
