@@ -9,8 +9,8 @@ use super::fuse::{Fused, LeafBand, LeafFft};
 use super::stages::{self, Material, MaterialOrigin, PlanOptions, Stage};
 use crate::array::{ChunkGrid, DType, Region};
 use crate::error::{Error, Result};
-use crate::kernels::fft::FftStep;
-use crate::plan::fft::FftSpec;
+use crate::plan::fft_params::FftStep;
+use crate::plan::node::FftSpec;
 
 /// The region of the FFT's input that output region `out` needs: the same ranges on the
 /// other axes, the whole used extent on transformed axes.

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use crate::array::{ChunkGrid, DType, Region};
-use crate::kernels::fft::{FftNorm, FftStep};
 use crate::kernels::{Inst, Program};
-use crate::plan::graph::{TExpr, View};
+use crate::plan::fft_params::{FftNorm, FftStep};
+use crate::plan::node::TExpr;
+use crate::plan::view::View;
 
 /// Index of a materialized array in the run's material table.
 pub type MatId = usize;

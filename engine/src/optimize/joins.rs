@@ -8,7 +8,9 @@
 use super::fuse::{ConcatPart, Fused, LeafConcat};
 use super::stages::Material;
 use crate::array::{ChunkGrid, DType};
-use crate::plan::graph::{Graph, NodeId, NodeKind, View, ViewAxis};
+use crate::plan::graph::Graph;
+use crate::plan::node::{NodeId, NodeKind};
+use crate::plan::view::{View, ViewAxis};
 
 /// The view from coordinates to the same coordinates moved by `by`.
 fn moved(by: &[u64]) -> View {

@@ -5,7 +5,8 @@
 //! the join rules (see [`super::joins`]) read as one leaf, instead of computing every block's
 //! program into an intermediate of its own.
 
-use crate::plan::graph::{Graph, Node, NodeId, NodeKind, TExpr};
+use crate::plan::graph::Graph;
+use crate::plan::node::{Node, NodeId, NodeKind, TExpr};
 
 /// `graph` with every join of like elementwise nodes rewritten as the elementwise expression
 /// of joins (see the module doc). The nodes keep their ids; the joins made for the inputs of

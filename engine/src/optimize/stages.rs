@@ -6,7 +6,9 @@ use super::fuse::{self, ConcatPart, Fused, LeafConcat, MatId};
 use super::{bands, joins, lift, rechunk};
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
-use crate::plan::graph::{Graph, NodeKind, TExpr, View, ViewAxis};
+use crate::plan::graph::Graph;
+use crate::plan::node::{NodeKind, TExpr};
+use crate::plan::view::{View, ViewAxis};
 use crate::plan::ReduceFunc;
 use crate::zarr::{ArraySpec, Codec, ZarrArray};
 

@@ -2,10 +2,13 @@
 //! substituted, then validated and typed into a [`graph::Graph`] before anything runs.
 
 pub mod expr;
-pub mod fft;
+pub mod fft_params;
 pub mod graph;
+pub mod node;
 mod params;
 mod parse;
+mod typing;
+pub mod view;
 pub mod wire;
 
 pub use expr::{Expr, Func, Scalar};
@@ -13,6 +16,7 @@ pub use params::substitute;
 
 use crate::array::DType;
 use crate::zarr::{ArrayAttrs, Codec};
+use fft_params::FftNorm;
 
 /// A parsed, untyped plan.
 #[derive(Debug, Clone)]
@@ -222,7 +226,7 @@ pub struct FftDecl {
     /// Transform lengths, one per axis (numpy's `n` / `s`); from the input when `None`.
     pub lengths: Option<Vec<i64>>,
     /// Normalisation.
-    pub norm: crate::kernels::fft::FftNorm,
+    pub norm: FftNorm,
 }
 
 /// Where and how a `write` op stores its array.

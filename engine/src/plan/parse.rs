@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use super::fft_params::FftNorm;
 use super::wire::{self, ArrayWire, GroupWire, OpWire, PlanWire, WriteOp};
 use super::{ArrayDecl, FftDecl, FftKind, GroupDecl, Op, OpDecl, Plan, ReduceFunc, WriteSpec};
 use crate::error::{Error, Result};
@@ -317,8 +318,8 @@ fn fft(f: wire::FftOp, field: &str) -> Result<Op> {
         );
     }
     let norm = match f.norm.as_deref() {
-        None => crate::kernels::fft::FftNorm::Backward,
-        Some(n) => crate::kernels::fft::FftNorm::parse(n).ok_or_else(|| {
+        None => FftNorm::Backward,
+        Some(n) => FftNorm::parse(n).ok_or_else(|| {
             Error::plan(
                 at("norm"),
                 format!("unknown norm \"{n}\"; must be one of backward, ortho, forward"),

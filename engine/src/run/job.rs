@@ -39,7 +39,7 @@ fn job_fingerprint(graph: &Graph, groups: &[crate::plan::GroupDecl]) -> String {
     let mut text = format!("{groups:?}\n");
     for node in &graph.nodes {
         let kind = match &node.kind {
-            crate::plan::graph::NodeKind::Source(a) => format!("source {} {:?}", a.url(), a.info()),
+            crate::plan::node::NodeKind::Source(a) => format!("source {} {:?}", a.url(), a.info()),
             k => format!("{k:?}"),
         };
         text.push_str(&format!(

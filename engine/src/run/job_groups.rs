@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::plan::graph::{Graph, NodeKind};
+use crate::plan::graph::Graph;
+use crate::plan::node::NodeKind;
 use crate::plan::{GroupDecl, Plan};
 use crate::store::{open_store, Store};
 use crate::zarr::group::{self, read_group};

@@ -15,7 +15,7 @@ use crate::kernels::fft::{rfft_of_box, transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
 use crate::optimize::fft::input_region;
 use crate::optimize::fuse::{Fused, LeafConcat, LeafFft};
-use crate::plan::graph::ViewAxis;
+use crate::plan::view::ViewAxis;
 use crate::zarr::ZarrArray;
 
 /// The opened materialized arrays of a run, indexed by `MatId`.

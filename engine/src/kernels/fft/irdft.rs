@@ -210,9 +210,10 @@ impl<T: Precision + Float> InverseWork<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{transform, Block, FftNorm, FftStep, FftStepKind};
+    use super::super::{transform, Block};
     use super::*;
     use crate::array::{Buffer, DType};
+    use crate::plan::fft_params::{FftNorm, FftStep, FftStepKind};
     use proptest::prelude::*;
 
     /// numpy's irfft of `half` (values `0..=n/2`, zero-padded or cropped) to length `n`, in

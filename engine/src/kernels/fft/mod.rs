@@ -11,7 +11,9 @@
 
 use crate::array::{Buffer, DType};
 use crate::error::{Error, Result};
+use crate::plan::fft_params::{FftNorm, FftStep, FftStepKind};
 
+mod block;
 mod groups;
 mod irdft;
 mod lanes;
@@ -19,14 +21,13 @@ mod pack;
 mod precision;
 mod rdft;
 mod real;
-mod step;
 
+pub use block::Block;
 use groups::for_each_group;
 use lanes::Lanes;
 use precision::Precision;
 pub use real::rfft_of_box;
 use real::{c2r, r2c};
-pub use step::{Block, FftNorm, FftStep, FftStepKind};
 
 /// Applies `steps` in order to `block` with normalisation `norm`. The block's dtype must be
 /// what the first step reads: a real float for [`FftStepKind::RealForward`], complex

@@ -442,9 +442,10 @@ pub(super) fn madd<T: Float, const FUSED: bool>(a: T, b: T, c: T) -> T {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{transform, Block, FftNorm, FftStep, FftStepKind};
+    use super::super::{transform, Block};
     use super::*;
     use crate::array::{Buffer, DType};
+    use crate::plan::fft_params::{FftNorm, FftStep, FftStepKind};
     use proptest::prelude::*;
 
     /// Values `0..=n/2` of the DFT of `lane` zero-padded or cropped to `n`, in f64.

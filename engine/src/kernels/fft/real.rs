@@ -7,15 +7,16 @@
 use num_complex::Complex;
 use rayon::prelude::*;
 
+use super::block::Block;
 use super::groups::for_each_group;
 use super::irdft;
 use super::lanes::{Lanes, SharedOut, GROUP, WIDE, WORK_BYTES};
 use super::pack;
 use super::precision::{plan, Precision};
 use super::rdft;
-use super::step::{Block, FftNorm, FftStep, FftStepKind};
 use crate::array::{Buffer, DType};
 use crate::error::Result;
+use crate::plan::fft_params::{FftNorm, FftStep, FftStepKind};
 
 /// Where a real forward transform reads its lanes: lane `i` (of `inner`) of outer index `o`
 /// starts at `origin + o * outer + (i / row) * row_stride + i % row` and its values lie

@@ -1,7 +1,5 @@
-//! What a transform computes: the steps along one axis each (their kind, axis and length),
-//! the normalisation, and the C-order block of values they transform.
-
-use crate::array::Buffer;
+//! What a transform computes, as parameters: the steps along one axis each (their kind, axis
+//! and length) and the normalisation. The kernels (`kernels::fft`) run them on blocks.
 
 /// What one step computes along its axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,7 +69,7 @@ impl FftNorm {
     }
 
     /// The factor of a transform of length `n` in direction `inverse`.
-    pub(super) fn scale(self, n: usize, inverse: bool) -> f64 {
+    pub fn scale(self, n: usize, inverse: bool) -> f64 {
         let n = n.max(1) as f64;
         match (self, inverse) {
             (FftNorm::Ortho, _) => 1.0 / n.sqrt(),
@@ -90,13 +88,4 @@ pub struct FftStep {
     pub kind: FftStepKind,
     /// The transform length (numpy's `n`).
     pub n: usize,
-}
-
-/// A block of values in C order.
-#[derive(Debug)]
-pub struct Block {
-    /// The values.
-    pub values: Buffer,
-    /// The shape.
-    pub shape: Vec<usize>,
 }

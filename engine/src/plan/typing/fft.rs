@@ -1,36 +1,16 @@
 //! Validation and typing of `fft` ops: axes, lengths, dtypes and the per-axis steps the
 //! kernels run, with numpy's rules.
 
-use super::graph::{Node, NodeId, NodeKind};
-use super::{FftDecl, FftKind};
 use crate::array::dtype::Kind;
 use crate::array::{AxisChunks, ChunkGrid, DType};
 use crate::error::Result;
-use crate::kernels::fft::{FftNorm, FftStep, FftStepKind};
+use crate::plan::fft_params::{FftStep, FftStepKind};
+use crate::plan::node::{FftSpec, Node, NodeId, NodeKind};
+use crate::plan::{FftDecl, FftKind};
 use crate::{plan_bail, plan_ensure};
 
 /// The largest natural chunk of an FFT's result (it is what a write of it uses by default).
 pub const NATURAL_CHUNK_BYTES: u64 = 64 << 20;
-
-/// A typed FFT: what the kernels run on each block.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FftSpec {
-    /// The input node.
-    pub input: NodeId,
-    /// The dtype input values are cast to before the first step.
-    pub compute: DType,
-    /// Steps in order, one per transformed axis.
-    pub steps: Vec<FftStep>,
-    /// Normalisation.
-    pub norm: FftNorm,
-}
-
-impl FftSpec {
-    /// The transformed axes.
-    pub fn axes(&self) -> Vec<usize> {
-        self.steps.iter().map(|s| s.axis).collect()
-    }
-}
 
 /// The single or double precision an FFT of `dtype` computes in, as numpy 2: float32 and
 /// complex64 stay single, everything else is double. `None` for bool (not numeric).
@@ -41,33 +21,10 @@ fn precision(dtype: DType) -> Option<bool> {
     }
 }
 
-/// Types an `fft` op over node `input`.
-pub fn fft_node(
-    nodes: &[Node],
-    id: String,
-    field: String,
-    input: NodeId,
-    decl: &FftDecl,
-) -> Result<Node> {
-    let src = &nodes[input];
+/// The transformed axes of an FFT of `src` (numpy's defaults when `decl` names none),
+/// normalised, each once. `name` is the function's name, for errors.
+fn fft_axes(src: &Node, decl: &FftDecl, field: &str, name: &str) -> Result<Vec<usize>> {
     let rank = src.shape.len();
-    let name = format!("{}{}", decl.kind.name(), if decl.nd { "n" } else { "" });
-    let Some(single) = precision(src.dtype) else {
-        plan_bail!(
-            format!("{field}.input"),
-            "{name} needs numeric values but \"{}\" has dtype {}",
-            src.id,
-            src.dtype
-        );
-    };
-    plan_ensure!(
-        !(decl.kind == FftKind::Rfft && src.dtype.kind() == Kind::Complex),
-        format!("{field}.input"),
-        "rfft needs real values but \"{}\" has dtype {} (use fft)",
-        src.id,
-        src.dtype
-    );
-    plan_ensure!(rank > 0, format!("{field}.input"), "{name} of a 0-d array");
     let axes_key = if decl.nd { "axes" } else { "axis" };
     let raw_axes: Vec<i64> = match &decl.axes {
         Some(a) => a.clone(),
@@ -100,6 +57,12 @@ pub fn fft_node(
         );
         axes.push(a);
     }
+    Ok(axes)
+}
+
+/// The transform length along each of `axes` (numpy's `n` or `s`; by default the axis'
+/// length, or `2 (m - 1)` for the last axis of an irfft), each positive.
+fn fft_lengths(src: &Node, decl: &FftDecl, axes: &[usize], field: &str) -> Result<Vec<usize>> {
     let lengths_key = if decl.nd { "s" } else { "n" };
     let lengths: Vec<usize> = match &decl.lengths {
         Some(l) => {
@@ -134,15 +97,27 @@ pub fn fft_node(
             src.shape
         );
     }
+    Ok(lengths)
+}
+
+/// The steps of a transform `fft_kind` over `axes` with `lengths` (a real step on the last axis
+/// for rfft and irfft), and the dtypes it computes in and gives, in single or double
+/// precision.
+fn fft_steps(
+    fft_kind: FftKind,
+    axes: &[usize],
+    lengths: &[usize],
+    single: bool,
+) -> (Vec<FftStep>, DType, DType) {
     let last = axes.len() - 1;
     let step = |i: usize, kind: FftStepKind| FftStep {
         axis: axes[i],
         kind,
         n: lengths[i],
     };
-    let (steps, compute, dtype) = match decl.kind {
+    match fft_kind {
         FftKind::Fft | FftKind::Ifft => {
-            let kind = if decl.kind == FftKind::Fft {
+            let kind = if fft_kind == FftKind::Fft {
                 FftStepKind::Forward
             } else {
                 FftStepKind::Inverse
@@ -171,13 +146,14 @@ pub fn fft_node(
             };
             (steps, c, r)
         }
-    };
-    let mut shape = src.shape.clone();
-    for s in &steps {
-        shape[s.axis] = s.kind.out_len(s.n) as u64;
     }
-    // Transformed axes are whole in each chunk; the others keep the input's chunking, halved
-    // (widest first) while a chunk is larger than NATURAL_CHUNK_BYTES.
+}
+
+/// The natural chunk grid of an FFT of `src` giving `shape` and `dtype`: transformed `axes`
+/// whole in each chunk, the others as the input's chunks, halved (widest first) while a
+/// chunk is larger than [`NATURAL_CHUNK_BYTES`].
+fn natural_grid(src: &Node, shape: &[u64], axes: &[usize], dtype: DType) -> Result<ChunkGrid> {
+    let rank = src.shape.len();
     let mut sizes: Vec<u64> = (0..rank)
         .map(|d| {
             if axes.contains(&d) {
@@ -205,12 +181,50 @@ pub fn fft_node(
             }
         })
         .collect::<Result<Vec<_>>>()?;
+    Ok(ChunkGrid::new(grid_axes))
+}
+
+/// Types an `fft` op over node `input`.
+pub(crate) fn fft_node(
+    nodes: &[Node],
+    id: String,
+    field: String,
+    input: NodeId,
+    decl: &FftDecl,
+) -> Result<Node> {
+    let src = &nodes[input];
+    let rank = src.shape.len();
+    let name = format!("{}{}", decl.kind.name(), if decl.nd { "n" } else { "" });
+    let Some(single) = precision(src.dtype) else {
+        plan_bail!(
+            format!("{field}.input"),
+            "{name} needs numeric values but \"{}\" has dtype {}",
+            src.id,
+            src.dtype
+        );
+    };
+    plan_ensure!(
+        !(decl.kind == FftKind::Rfft && src.dtype.kind() == Kind::Complex),
+        format!("{field}.input"),
+        "rfft needs real values but \"{}\" has dtype {} (use fft)",
+        src.id,
+        src.dtype
+    );
+    plan_ensure!(rank > 0, format!("{field}.input"), "{name} of a 0-d array");
+    let axes = fft_axes(src, decl, &field, &name)?;
+    let lengths = fft_lengths(src, decl, &axes, &field)?;
+    let (steps, compute, dtype) = fft_steps(decl.kind, &axes, &lengths, single);
+    let mut shape = src.shape.clone();
+    for s in &steps {
+        shape[s.axis] = s.kind.out_len(s.n) as u64;
+    }
+    let grid = natural_grid(src, &shape, &axes, dtype)?;
     Ok(Node {
         id,
         field,
         shape,
         dtype,
-        grid: ChunkGrid::new(grid_axes),
+        grid,
         kind: NodeKind::Fft(FftSpec {
             input,
             compute,
