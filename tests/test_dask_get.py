@@ -879,3 +879,13 @@ def test_topological_puts_every_key_after_its_dependencies(deps: list[list[int]]
     at = {k: n for n, k in enumerate(order)}
     for k, node in graph.items():
         assert all(at[d] < at[k] for d in node.dependencies if d in graph)
+
+
+def test_a_stored_block_given_a_new_axis_is_read_through_the_plan(tmp_path: Path) -> None:
+    """A block of a stored array with an axis added (`stack` of one array) is not a plain
+    selection of the store: it is computed by a plan, not read directly."""
+    a = np.arange(6.0, dtype="float32").reshape(1, 2, 3)
+    zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(1, 1, 3))
+    x = da.from_zarr(str(tmp_path / "x.zarr"))
+    for y, want in [(da.stack([x], axis=3), np.stack([a], axis=3)), (x[..., None], a[..., None])]:
+        np.testing.assert_array_equal(y.compute(scheduler=chunkfuse.dask.get), want)

@@ -25,6 +25,8 @@ def _selected(
     itself when None) reads; None for a slice that adds axes."""
     if node is None:
         return tuple(slice(a, b) for a, b in region)
+    if len(node["selection"]) != len(shape):
+        return None  # a new axis, or an ellipsis: read through the plan
     out: list[int | slice] = []
     axes = iter(region)
     for n, item in zip(shape, node["selection"], strict=True):
