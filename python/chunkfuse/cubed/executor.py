@@ -18,8 +18,10 @@ from cubed.spec import Spec
 from cubed.storage.zarr import LazyZarrArray
 
 import chunkfuse.iomode as iomode
+from chunkfuse.common.explanation import Explanation
 from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
 from chunkfuse.cubed.events import TaskProgress
+from chunkfuse.cubed.explain import explain_arrays
 from chunkfuse.cubed.python_ops import create_array, create_arrays, run_python_op
 from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, op_outputs, translate
 from chunkfuse.engine_calls import device_info, run_plan
@@ -44,6 +46,8 @@ class ExecutionStats:
     gpu_blocks: int = 0
     arrays_written: int = 0
     max_mem: int = 0
+    #: The stages of the engine's runs, in order, as their summaries record them.
+    stages: list[dict[str, Any]] = field(default_factory=list)
 
 
 class RustExecutor(DagExecutor):
@@ -73,6 +77,14 @@ class RustExecutor(DagExecutor):
     @property
     def name(self) -> str:
         return "rust"
+
+    def explain(self, *arrays: Any, **kwargs: Any) -> Explanation:
+        """How `cubed.compute(*arrays, executor=self, **kwargs)` would run, without running
+        it: its steps in order, each an engine run (the Cubed ops it covers and its stages:
+        what fused into each, the strategy, tasks and parts, the bytes the largest task
+        reserves against the budget) or an op run in Python, with the reason. `print()` it, or
+        read its `steps`. The arrays' sources are opened; nothing is written."""
+        return explain_arrays(arrays, {**self.kwargs, **kwargs})
 
     def execute_dag(
         self,
@@ -232,6 +244,7 @@ class _Run:
             self.stats.arrays_written += len(writes)
             self.stats.device = summary["device"]
             self.stats.gpu_blocks += summary["gpu_blocks"]
+            self.stats.stages.extend(summary["stages"])
         progress.finish()
         for name, node in ops:
             self.stats.native_ops.append(name)

@@ -7,10 +7,12 @@ Python callables in a memory-friendly order, freeing every intermediate as soon 
 dependent has run: by a lean runner (``lean.py``) when nothing watches, or with Dask's
 scheduler state over the whole graph, the engine's tasks included, so that Dask's local
 callbacks (``dask.diagnostics.ProgressBar``, ``Profiler``, ...) fire (``watched.py``).
+``explain(x)`` shows what the engine would run and which tasks run in Python, and why.
 """
 
 from __future__ import annotations
 
+from .explain import explain
 from .scheduler import GetStats, get, last_stats
 
-__all__ = ["GetStats", "get", "last_stats"]
+__all__ = ["GetStats", "explain", "get", "last_stats"]

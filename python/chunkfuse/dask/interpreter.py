@@ -59,6 +59,8 @@ class Interpreter(ElementwiseSteps, SliceSteps, JoinSteps, FftSteps, StoreSteps,
         self.mixed: dict[Hashable, dict[Hashable, Any]] = {}
         #: The graph's concatenations (see `chunkfuse.dask.joins`).
         self.joins: JoinBuilder | None = None
+        #: Why each task the engine does not compute runs in Python, by key.
+        self.reasons: dict[Hashable, str] = {}
 
     # -- nodes -----------------------------------------------------------------------------
 

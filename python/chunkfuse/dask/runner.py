@@ -39,6 +39,8 @@ class NativePart:
     values: dict[Hashable, Any]
     covered: set[Hashable]
     gpu_blocks: int = 0
+    #: The stages of the engine's run, as its summary records them.
+    stages: list[dict[str, Any]] = field(default_factory=list)
     #: Fused tasks whose native first steps the engine computed, rebuilt with their values.
     tasks: dict[Hashable, Any] = field(default_factory=dict)
 
@@ -60,16 +62,19 @@ def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hasha
 def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
     symbols: dict[Hashable, Any] = {}
     failed: set[Hashable] = set()
+    interp.reasons.clear()
     for key in topological(graph):
         node = graph[key]
         if any(d in failed for d in node.dependencies):
             failed.add(key)
+            interp.reasons[key] = "it reads the value of a task that runs in Python"
             continue
         try:
             value = interp.node(node, symbols)
-        except Exception:  # noqa: BLE001 - anything unrecognised runs in Python, which
+        except Exception as e:  # noqa: BLE001 - anything unrecognised runs in Python, which
             # raises the task's own error with its key if the task itself fails.
             failed.add(key)
+            interp.reasons[key] = str(e) if isinstance(e, NotNative) else _unknown(node, e)
             if isinstance(node, Task):
                 prefix = interp.native_prefix(node, symbols)
                 if prefix:
@@ -81,7 +86,18 @@ def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Ha
             symbols[key] = Lit(value)
         else:
             failed.add(key)
+            interp.reasons[key] = "its value is not an array the engine computes"
     return symbols
+
+
+def _unknown(node: Any, e: Exception) -> str:
+    """Why a task the interpreter could not read runs in Python."""
+    func = getattr(node, "func", None)
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    what = f"function {name}" if name else type(node).__name__
+    return f"{what} is not one the engine runs ({type(e).__name__}: {e})"
+
+
 
 
 def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
@@ -112,18 +128,20 @@ def _holds_stored_array(node: Any) -> bool:
     return False
 
 
-def run_native(
-    graph: Mapping[Hashable, Any],
-    wanted: set[Hashable],
-    *,
-    max_mem: int | None,
-    threads: int,
-    device: str = "cpu",
-    on_start: Callable[[set[Hashable]], None] | None = None,
-) -> NativePart | None:
-    """Computes the graph's native part with the engine (fused elementwise programs on
-    `device`); None when nothing is native. `on_start` is called with the keys the engine
-    covers just before it runs."""
+@dataclass
+class NativeSelection:
+    """The part of a graph the engine computes: the interpreter that read it, the symbols
+    of the roots (and of fused tasks' native first steps) to compute, the root keys, and every
+    key the engine covers."""
+
+    interp: Interpreter
+    todo: dict[Hashable, Symbol]
+    roots: set[Hashable]
+    covered: set[Hashable]
+
+
+def select_native(graph: Mapping[Hashable, Any], wanted: set[Hashable]) -> NativeSelection | None:
+    """What of `graph` the engine computes for the keys `wanted`; None when nothing."""
     if not has_zarr_arrays(graph):
         return None
     interp = Interpreter()
@@ -154,6 +172,7 @@ def run_native(
             break
         for k in demote:
             del symbols[k]
+            interp.reasons[k] = "the engine cannot give Python a reduction's partial result"
     roots = {k for k in roots if not isinstance(symbols[k], Src | Lit)}
     if not roots and not interp.mixed:
         return None
@@ -163,6 +182,30 @@ def run_native(
     # Source arrays and literals stay in the graph (roots never are either): Python tasks
     # may read them.
     covered = {k for k, s in symbols.items() if not isinstance(s, Src | Lit)}
+    return NativeSelection(interp, todo, roots, covered)
+
+
+def run_native(
+    graph: Mapping[Hashable, Any],
+    wanted: set[Hashable],
+    *,
+    max_mem: int | None,
+    threads: int,
+    device: str = "cpu",
+    on_start: Callable[[set[Hashable]], None] | None = None,
+) -> NativePart | None:
+    """Computes the graph's native part with the engine (fused elementwise programs on
+    `device`); None when nothing is native. `on_start` is called with the keys the engine
+    covers just before it runs."""
+    selection = select_native(graph, wanted)
+    if selection is None:
+        return None
+    interp, todo, roots, covered = (
+        selection.interp,
+        selection.todo,
+        selection.roots,
+        selection.covered,
+    )
     if on_start is not None:
         on_start(covered)
     try:
@@ -171,7 +214,7 @@ def run_native(
         if reads is not None:
             return NativePart(read_directly(reads, threads), covered)
         with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
-            computed, gpu_blocks = _compute(interp, todo, tmp, max_mem, threads, device)
+            computed, summary = _compute(interp, todo, tmp, max_mem, threads, device)
     except NotNative:
         raise
     except Exception as e:
@@ -186,7 +229,7 @@ def run_native(
         k: _with_inner_values(graph[k], {i: computed[_InnerKey(k, i)] for i in prefix})
         for k, prefix in interp.mixed.items()
     }
-    return NativePart(values, covered, gpu_blocks, tasks)
+    return NativePart(values, covered, summary["gpu_blocks"], summary["stages"], tasks)
 
 
 def _stores_of(sym: Symbol) -> tuple[Store, ...]:
@@ -281,14 +324,19 @@ def _with_inner_values(task: Task, values: dict[Hashable, Any]) -> Task:
     )
 
 
-def _compute(
-    interp: Interpreter,
-    roots: dict[Hashable, Symbol],
-    tmp: str,
-    max_mem: int | None,
-    threads: int,
-    device: str,
-) -> tuple[dict[Hashable, Any], int]:
+@dataclass
+class EnginePlan:
+    """The plan that computes a graph's roots: scratch arrays (by root array, with their
+    URL) for the blocks Python reads back, and the roots' symbols (a reduction's as a block of
+    its whole result)."""
+
+    plan: dict[str, Any]
+    scratch: dict[str, tuple[Full, str]]
+    roots: dict[Hashable, Symbol]
+
+
+def engine_plan(interp: Interpreter, roots: dict[Hashable, Symbol], tmp: str) -> EnginePlan:
+    """The plan IR computing `roots`, its scratch arrays under the directory `tmp`."""
     b = interp.b
     # A reduction's value is a block of the reduction's whole result.
     roots = {k: interp.reduced(s) if isinstance(s, Red) else s for k, s in roots.items()}
@@ -322,6 +370,19 @@ def _compute(
         i = _write_index(op)
         if i in regions:
             op["region"] = regions[i]
+    return EnginePlan(plan, scratch, roots)
+
+
+def _compute(
+    interp: Interpreter,
+    roots: dict[Hashable, Symbol],
+    tmp: str,
+    max_mem: int | None,
+    threads: int,
+    device: str,
+) -> tuple[dict[Hashable, Any], dict[str, Any]]:
+    planned = engine_plan(interp, roots, tmp)
+    plan, scratch, roots = planned.plan, planned.scratch, planned.roots
     summary = run_plan(
         plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False, device=device
     )
@@ -342,7 +403,7 @@ def _compute(
             values[key] = sym.template
         else:
             values[key] = None
-    return values, summary["gpu_blocks"]
+    return values, summary
 
 
 def _write_index(op: dict[str, Any]) -> int | None:

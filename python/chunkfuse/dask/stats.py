@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -17,6 +18,8 @@ class GetStats:
     engine_runs: int = 0
     #: Blocks whose fused elementwise program ran on a GPU (``device="cuda"`` or ``"auto"``).
     gpu_blocks: int = 0
+    #: The stages of the engine's runs, in order, as their summaries record them.
+    stages: list[dict[str, Any]] = field(default_factory=list)
     failed: list[Hashable] = field(default_factory=list)
 
 

@@ -60,6 +60,7 @@ def counted_native_part(
     if part is not None:
         stats.native_tasks = len(part.covered)
         stats.gpu_blocks += part.gpu_blocks
+        stats.stages.extend(part.stages)
         stats.engine_runs += 1
     return part
 
