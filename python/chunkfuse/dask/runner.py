@@ -98,8 +98,6 @@ def _unknown(node: Any, e: Exception) -> str:
     return f"{what} is not one the engine runs ({type(e).__name__}: {e})"
 
 
-
-
 def has_zarr_arrays(graph: Mapping[Hashable, Any]) -> bool:
     """True when the graph holds a zarr array, or xarray's lazy wrapper of one: as a node, as
     a direct argument of a task (legacy tuple or task form: Dask inlines stored arrays into
