@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::exec::driver::{Engine, RunOptions, RunSummary, Snapshot, StageKind, StageRecord};
+use crate::exec::held::Materials;
 use crate::exec::ops::chunk_fn::{self, ChunkFunction, ChunkTask};
 use crate::store::open_store;
 use crate::zarr::ZarrArray;
@@ -76,7 +77,12 @@ pub fn run_chunk_job(job: ChunkJob, opts: &RunOptions) -> Result<RunSummary> {
     let engine = Engine::new(opts)?;
     let before = Snapshot::of(&engine.progress);
     let mut record = StageRecord::new(0, StageKind::ChunkFunction, "chunk function", out.name());
-    let tasks = chunk_fn::tasks(job.tasks, Arc::new(inputs), out, job.function)?;
+    let tasks = chunk_fn::tasks(
+        job.tasks,
+        Arc::new(Materials::new(inputs)),
+        out,
+        job.function,
+    )?;
     engine.check_fits(&tasks)?;
     record.tasks = tasks.len() as u64;
     record.parts = record.tasks;

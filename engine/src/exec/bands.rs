@@ -6,13 +6,12 @@
 //! block decoding them, the stage runs band by band: a band of the input is decoded once and
 //! held in memory, the blocks whose reads lie inside it run, and the band is let go.
 
-use std::sync::Arc;
-
 use super::ops::compute::{self, block_grid, block_region};
 use super::ops::region::RegionRead;
 use crate::array::grid::indices_in;
 use crate::array::Region;
 use crate::error::Result;
+use crate::exec::held::Materials;
 use crate::optimize::fuse::Fused;
 use crate::zarr::ZarrArray;
 
@@ -48,7 +47,7 @@ impl BlockBoxes {
     /// boxes; `None` when no leaf of `fused` is an FFT read in bands.
     pub fn of(
         fused: &Fused,
-        arrays: &[Arc<ZarrArray>],
+        arrays: &Materials,
         out: &ZarrArray,
         block: &[u64],
         batch_limit: u64,

@@ -5,6 +5,7 @@ pub mod bands;
 pub mod chunk_cache;
 pub mod cpu_cache;
 pub mod driver;
+pub mod held;
 pub mod memory;
 pub mod ops;
 pub mod progress;

@@ -4,12 +4,13 @@
 //! stage's tasks reads and decodes the whole mean again (as many decodes of it as there are
 //! time steps). A leaf array that is small next to the value it feeds is instead loaded by
 //! one task before the stage starts, held in memory against the budget while the stage
-//! runs, and read in place by every task ([`ZarrArray::resident`]).
+//! runs, and read in place by every task ([`Held::resident`]).
 
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
+use super::held::{Held, Materials};
 use super::memory::Reservation;
 use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
 use crate::array::{Buffer, ChunkGrid, Region};
@@ -23,14 +24,14 @@ use crate::zarr::ZarrArray;
 /// Arrays held in memory for one stage; dropping this releases them and their budget.
 #[derive(Default)]
 pub struct SharedLeaves {
-    arrays: Vec<Arc<ZarrArray>>,
+    holds: Vec<Arc<Held>>,
     held: Arc<Mutex<Vec<Reservation>>>,
 }
 
 impl Drop for SharedLeaves {
     fn drop(&mut self) {
-        for arr in &self.arrays {
-            arr.set_resident(None);
+        for h in &self.holds {
+            h.set_resident(None);
         }
     }
 }
@@ -38,7 +39,7 @@ impl Drop for SharedLeaves {
 impl SharedLeaves {
     /// True when no array is held.
     pub fn is_empty(&self) -> bool {
-        self.arrays.is_empty()
+        self.holds.is_empty()
     }
 }
 
@@ -50,7 +51,7 @@ fn array_bytes(arr: &ZarrArray) -> u64 {
 /// The leaf arrays of `fused` worth sharing, within `limit` bytes in all: plain (not FFT)
 /// leaves of a value with several leaves, each at most a quarter of the value's size, so that
 /// the stage's tasks would read each of their chunks several times.
-pub fn worth_sharing(fused: &Fused, arrays: &[Arc<ZarrArray>], limit: u64) -> Vec<usize> {
+pub fn worth_sharing(fused: &Fused, arrays: &Materials, limit: u64) -> Vec<usize> {
     if fused.leaves.len() < 2 {
         return Vec::new();
     }
@@ -61,7 +62,7 @@ pub fn worth_sharing(fused: &Fused, arrays: &[Arc<ZarrArray>], limit: u64) -> Ve
         let bytes = array_bytes(&arrays[leaf.mat]);
         if !leaf.is_plain()
             || chosen.contains(&leaf.mat)
-            || arrays[leaf.mat].resident().is_some()
+            || arrays.held(leaf.mat).resident().is_some()
             || bytes.saturating_mul(4) > value_bytes
             || total + bytes > limit
         {
@@ -77,29 +78,28 @@ pub fn worth_sharing(fused: &Fused, arrays: &[Arc<ZarrArray>], limit: u64) -> Ve
 /// that holds them once the tasks have run.
 pub fn load_tasks(
     mats: &[usize],
-    arrays: &[Arc<ZarrArray>],
+    arrays: &Materials,
     batch_bytes: u64,
 ) -> Result<(Vec<Task>, SharedLeaves)> {
     let shared = SharedLeaves {
-        arrays: mats.iter().map(|&m| arrays[m].clone()).collect(),
+        holds: mats.iter().map(|&m| arrays.held(m).clone()).collect(),
         held: Arc::default(),
     };
-    let tasks = shared
-        .arrays
+    let tasks = mats
         .iter()
-        .map(|arr| {
+        .map(|&m| {
+            let arr = &arrays[m];
             let whole = Region::whole(&arr.shape());
             let label = format!("loading {} to share it", arr.url());
-            let (task, _) = region_task(
-                arr.clone(),
+            region_task(
+                (arr.clone(), arrays.held(m).clone()),
                 whole,
                 Holder::Whole,
                 shared.held.clone(),
                 batch_bytes,
                 None,
                 label,
-            )?;
-            Ok(task)
+            )
         })
         .collect::<Result<_>>()?;
     Ok((tasks, shared))
@@ -154,16 +154,16 @@ pub fn read_again(stages: &[Stage], at: usize) -> Vec<(usize, usize)> {
 /// Where a loaded region goes once its task has run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Holder {
-    /// The whole array, for every reader ([`ZarrArray::resident`]).
+    /// The whole array, for every reader ([`Held::resident`]).
     Whole,
-    /// A band, for an FFT stage ([`ZarrArray::resident_band`]).
+    /// A band, for an FFT stage ([`Held::band`]).
     Band,
 }
 
 /// A band of one array held in memory for a stage's FFT tasks (see
 /// [`LeafBand`](crate::optimize::fuse::LeafBand)); dropping this releases it and its budget.
 pub struct SharedBand {
-    arr: Arc<ZarrArray>,
+    holds: Arc<Held>,
     held: Arc<Mutex<Vec<Reservation>>>,
 }
 
@@ -171,8 +171,8 @@ impl SharedBand {
     /// Lets the band go, handing back its memory for the next band when no reader holds it
     /// any more.
     pub fn release(self) -> Option<Vec<u8>> {
-        let band = self.arr.resident_band();
-        self.arr.set_resident_band(None);
+        let band = self.holds.band();
+        self.holds.set_band(None);
         drop(self);
         band.and_then(|(_, values)| Arc::try_unwrap(values).ok())
             .map(Buffer::into_bytes)
@@ -181,7 +181,7 @@ impl SharedBand {
 
 impl Drop for SharedBand {
     fn drop(&mut self) {
-        self.arr.set_resident_band(None);
+        self.holds.set_band(None);
         if let Ok(mut held) = self.held.lock() {
             held.clear();
         }
@@ -224,15 +224,15 @@ pub fn band_task_memory(arr: &ZarrArray, band: &Region, batch_bytes: u64) -> u64
 /// holds it once the task has run. The band's values go into `spare` (a previous band's
 /// memory) when it is large enough.
 pub fn band_task(
-    arr: Arc<ZarrArray>,
+    (arr, holds): (Arc<ZarrArray>, Arc<Held>),
     band: Region,
     batch_bytes: u64,
     spare: Option<Vec<u8>>,
 ) -> Result<(Task, SharedBand)> {
     let held: Arc<Mutex<Vec<Reservation>>> = Arc::default();
     let label = format!("loading {:?} of {} for its FFT", band, arr.url());
-    let (task, arr) = region_task(
-        arr,
+    let task = region_task(
+        (arr, holds.clone()),
         band,
         Holder::Band,
         held.clone(),
@@ -240,20 +240,20 @@ pub fn band_task(
         spare,
         label,
     )?;
-    Ok((task, SharedBand { arr, held }))
+    Ok((task, SharedBand { holds, held }))
 }
 
 /// The task that loads `region` of `arr` for `holder` (see [`band_task`]), its reservation
 /// kept in `held`.
 fn region_task(
-    arr: Arc<ZarrArray>,
+    (arr, holds): (Arc<ZarrArray>, Arc<Held>),
     band: Region,
     holder: Holder,
     held: Arc<Mutex<Vec<Reservation>>>,
     batch_bytes: u64,
     spare: Option<Vec<u8>>,
     label: String,
-) -> Result<(Task, Arc<ZarrArray>)> {
+) -> Result<Task> {
     let grid = arr.read_grid();
     let itemsize = arr.dtype().size() as u64;
     let (groups, loading) =
@@ -287,7 +287,8 @@ fn region_task(
         outputs: Vec::new(),
         part: 0,
         processor: Box::new(BandProcessor {
-            arr: arr.clone(),
+            arr,
+            holds,
             band,
             holder,
             groups,
@@ -295,11 +296,13 @@ fn region_task(
             held,
         }),
     };
-    Ok((task, arr))
+    Ok(task)
 }
 
 struct BandProcessor {
     arr: Arc<ZarrArray>,
+    /// Where the loaded values are held.
+    holds: Arc<Held>,
     band: Region,
     holder: Holder,
     groups: Vec<Vec<Vec<u64>>>,
@@ -407,10 +410,8 @@ impl Processor for BandProcessor {
                 .push(r);
         }
         match self.holder {
-            Holder::Whole => self.arr.set_resident(Some(Arc::new(values))),
-            Holder::Band => self
-                .arr
-                .set_resident_band(Some((self.band, Arc::new(values)))),
+            Holder::Whole => self.holds.set_resident(Some(Arc::new(values))),
+            Holder::Band => self.holds.set_band(Some((self.band, Arc::new(values)))),
         }
         Ok(Vec::new())
     }

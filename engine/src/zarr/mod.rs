@@ -54,12 +54,6 @@ pub struct ZarrArray {
     options: CodecOptions,
     fast: Option<FastCodec>,
     fast_encode: Option<ZstdParams>,
-    /// Every value of the array, decoded, while a stage shares it among its tasks.
-    resident: std::sync::Mutex<Option<Arc<Buffer>>>,
-    /// The values of one region (a band), decoded, while a stage's FFT tasks read it.
-    band: std::sync::Mutex<Option<(Region, Arc<Buffer>)>>,
-    /// Decoded chunks kept for a later stage, while one is (see `exec::chunk_cache`).
-    cache: std::sync::Mutex<Option<Arc<crate::exec::chunk_cache::ChunkCache>>>,
     /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone,
     /// and the grid of those inner chunks.
     shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
@@ -413,9 +407,6 @@ impl ZarrArray {
             options: codec_options(),
             fast,
             fast_encode,
-            resident: std::sync::Mutex::new(None),
-            cache: std::sync::Mutex::new(None),
-            band: std::sync::Mutex::new(None),
             shard,
             inner_reads: false,
             shard_indexes: std::sync::Mutex::new(HashMap::new()),
@@ -663,44 +654,6 @@ impl ZarrArray {
     /// The storage chunk grid (shards for sharded arrays).
     pub fn grid(&self) -> &ChunkGrid {
         &self.grid
-    }
-
-    /// The array's values held in memory for the running stage (C order, whole array), if any
-    /// (see `exec::resident`).
-    pub fn resident(&self) -> Option<Arc<Buffer>> {
-        self.resident.lock().ok().and_then(|r| r.clone())
-    }
-
-    /// Holds the array's values in memory for its readers, or with `None` lets them go.
-    pub fn set_resident(&self, values: Option<Arc<Buffer>>) {
-        if let Ok(mut r) = self.resident.lock() {
-            *r = values;
-        }
-    }
-
-    /// The band of the array held in memory for the running stage (its region, and its
-    /// values in C order over it), if any (see `exec::resident`).
-    pub fn resident_band(&self) -> Option<(Region, Arc<Buffer>)> {
-        self.band.lock().ok().and_then(|b| b.clone())
-    }
-
-    /// Holds a band of the array in memory for its readers, or with `None` lets it go.
-    pub fn set_resident_band(&self, band: Option<(Region, Arc<Buffer>)>) {
-        if let Ok(mut b) = self.band.lock() {
-            *b = band;
-        }
-    }
-
-    /// The cache that keeps this array's decoded chunks for a later stage, if any.
-    pub fn chunk_cache(&self) -> Option<Arc<crate::exec::chunk_cache::ChunkCache>> {
-        self.cache.lock().ok().and_then(|c| c.clone())
-    }
-
-    /// Keeps decoded chunks in `cache` from now on, or with `None` lets them go.
-    pub fn set_chunk_cache(&self, cache: Option<Arc<crate::exec::chunk_cache::ChunkCache>>) {
-        if let Ok(mut c) = self.cache.lock() {
-            *c = cache;
-        }
     }
 
     /// The fill value's native-endian bytes.

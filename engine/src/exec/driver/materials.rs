@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::{Result, ResultExt};
+use crate::exec::held::Materials;
 use crate::exec::ops::region::Arrays;
 use crate::optimize::stages::{Material, MaterialOrigin};
 use crate::store::open_store;
@@ -71,5 +72,5 @@ pub fn open_materials(
         }
         arrays.push(Arc::new(arr));
     }
-    Ok((Arc::new(arrays), resumed))
+    Ok((Arc::new(Materials::new(arrays)), resumed))
 }

@@ -218,7 +218,7 @@ impl Driver {
         self.caching.borrow_mut().retain(|&(mat, last)| {
             let kept = keep(mat, last);
             if !kept {
-                arrays[mat].set_chunk_cache(None);
+                arrays.held(mat).set_chunk_cache(None);
             }
             kept
         });
@@ -229,7 +229,7 @@ impl Driver {
         self.caching
             .borrow()
             .iter()
-            .filter_map(|&(mat, _)| self.arrays[mat].chunk_cache())
+            .filter_map(|&(mat, _)| self.arrays.held(mat).chunk_cache())
             .map(|c| c.bytes())
             .sum()
     }
@@ -295,7 +295,10 @@ impl Driver {
                 continue;
             }
             let (load, band) = resident::band_task(
-                self.arrays[group.mat].clone(),
+                (
+                    self.arrays[group.mat].clone(),
+                    self.arrays.held(group.mat).clone(),
+                ),
                 group.band,
                 limits.batch_limit,
                 spare.take(),
@@ -363,7 +366,7 @@ impl Driver {
         // `_shared` holds the loaded arrays until the tasks that read them are done.
         let ran = self.run_planned(stage, tasks, record);
         for (cache, mat) in record.caches.iter_mut().zip(started) {
-            cache.kept = self.arrays[mat].chunk_cache().map_or(0, |c| c.bytes());
+            cache.kept = self.arrays.held(mat).chunk_cache().map_or(0, |c| c.bytes());
         }
         ran
     }
@@ -386,8 +389,8 @@ impl Driver {
             .min(budget.saturating_sub(running.saturating_add(in_use)));
         let mut started = Vec::new();
         for (mat, last) in resident::read_again(&self.stages, at) {
-            let arr = &self.arrays[mat];
-            if arr.chunk_cache().is_some() || arr.resident().is_some() || room == 0 {
+            let (arr, holds) = (&self.arrays[mat], self.arrays.held(mat));
+            if holds.chunk_cache().is_some() || holds.resident().is_some() || room == 0 {
                 continue;
             }
             let limit = arr.info().nbytes.min(room);
@@ -397,7 +400,7 @@ impl Driver {
                 room: limit,
                 kept: 0,
             });
-            arr.set_chunk_cache(Some(Arc::new(ChunkCache::new(limit))));
+            holds.set_chunk_cache(Some(Arc::new(ChunkCache::new(limit))));
             self.caching.borrow_mut().push((mat, last));
             started.push(mat);
         }

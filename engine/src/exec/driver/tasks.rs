@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::record::{StageKind, StageRecord};
 use crate::error::Result;
 use crate::exec::bands::{BandGroup, BlockBoxes};
+use crate::exec::held::Materials;
 use crate::exec::ops::region::Arrays;
 use crate::exec::ops::{compute, reduce, stream_copy};
 use crate::exec::{resident, Task};
@@ -90,7 +91,7 @@ fn leaf_read(leaf: &Leaf, arrays: &Arrays) -> String {
 /// even one block's band fits) the stage's tasks read their chunks themselves.
 pub fn banded_stage(
     stage: &Stage,
-    arrays: &[Arc<ZarrArray>],
+    arrays: &Materials,
     task_budget: u64,
     batch_limit: u64,
     workers: usize,

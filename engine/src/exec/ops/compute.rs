@@ -53,7 +53,7 @@ pub fn block_grid(grid: &ChunkGrid, block: &[u64]) -> Vec<u64> {
 
 struct ComputeProcessor {
     fused: Arc<Fused>,
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     chunks: Vec<Vec<u64>>,
     assembler: Assembler,
@@ -302,7 +302,7 @@ pub fn block_memory(
 #[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     block: &[u64],
     label: &str,
@@ -329,7 +329,7 @@ pub fn tasks(
 #[allow(clippy::too_many_arguments)]
 pub fn tasks_for_blocks(
     fused: Arc<Fused>,
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     block: &[u64],
     blocks: Vec<Vec<u64>>,

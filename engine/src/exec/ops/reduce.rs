@@ -103,7 +103,7 @@ struct OutputChunk {
 
 struct ReduceProcessor {
     fused: Arc<Fused>,
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     params: Arc<ReduceParams>,
     pieces: Vec<RegionRead>,
@@ -627,7 +627,7 @@ fn fit_groups(
 #[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     params: ReduceParams,
     label: &str,

@@ -10,6 +10,7 @@ use crate::array::buffer::{copy_region, reverse_axes};
 use crate::array::grid::c_strides;
 use crate::array::{Buffer, Region};
 use crate::error::Result;
+use crate::exec::held::Materials;
 use crate::exec::task::{ReadOp, TaskContext};
 use crate::kernels::fft::{rfft_of_box, transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
@@ -19,7 +20,7 @@ use crate::plan::view::ViewAxis;
 use crate::zarr::ZarrArray;
 
 /// The opened materialized arrays of a run, indexed by `MatId`.
-pub type Arrays = Arc<Vec<Arc<ZarrArray>>>;
+pub type Arrays = Arc<Materials>;
 
 /// A chunk a leaf reads: chunk `idx` of material `mat`, of part `part` of a leaf that joins
 /// materials.
@@ -168,7 +169,7 @@ pub struct RegionRead {
 
 impl RegionRead {
     /// Plans the reads of `region` of `fused`.
-    pub fn plan(fused: &Fused, arrays: &[Arc<ZarrArray>], region: &Region) -> RegionRead {
+    pub fn plan(fused: &Fused, arrays: &Materials, region: &Region) -> RegionRead {
         let leaves = fused
             .leaves
             .iter()
@@ -180,8 +181,9 @@ impl RegionRead {
                     None => bbox.clone(),
                 };
                 let reversed = leaf.view.reversed_axes();
+                let holds = arrays.held(leaf.mat);
                 let held_whole = if leaf.is_plain() {
-                    arr.resident()
+                    holds.resident()
                 } else {
                     None
                 };
@@ -194,7 +196,7 @@ impl RegionRead {
                 };
                 let band = leaf
                     .band
-                    .and_then(|_| arr.resident_band())
+                    .and_then(|_| holds.band())
                     .or(whole_band)
                     .filter(|(r, _)| r.contains(&read_box));
                 // A shared material is addressed whole, a box buffer from its origin.
@@ -208,7 +210,7 @@ impl RegionRead {
                 };
                 let strides = leaf_strides(&leaf.view.axes, &bs, region.rank());
                 let held = resident.is_some() || band.is_some();
-                let cached = match (held, leaf.is_plain(), arr.chunk_cache()) {
+                let cached = match (held, leaf.is_plain(), holds.chunk_cache()) {
                     (false, true, Some(cache)) if !read_box.is_empty() => {
                         let grid = arr.read_grid();
                         grid.chunks_overlapping(&read_box)
@@ -617,7 +619,7 @@ impl Assembler {
     pub fn accept(
         &mut self,
         data: Vec<Option<crate::store::Value>>,
-        arrays: &[Arc<ZarrArray>],
+        arrays: &Materials,
         ctx: &TaskContext,
     ) -> Result<()> {
         let start = self.next;
@@ -650,7 +652,7 @@ impl Assembler {
         // Chunks a later stage reads again are kept (not when kept for plain copies here).
         let caches: Vec<_> = pairs
             .iter()
-            .map(|(_, c)| (!keeps).then(|| arrays[c.mat].chunk_cache()).flatten())
+            .map(|(_, c)| (!keeps).then(|| arrays.held(c.mat).chunk_cache()).flatten())
             .collect();
         let decoded: Vec<Result<Decoded>> = data
             .into_par_iter()

@@ -62,7 +62,7 @@ struct Stream {
 }
 
 struct StreamProcessor {
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     /// The reads of each batch: input chunks in order along the first axis.
     reads: Vec<RegionRead>,
@@ -183,7 +183,7 @@ pub fn task_bytes(streams: u64, stream_bytes: u64, chunk_bytes: u64, batch_bytes
 /// reading its input in batches of about `batch_bytes` decoded bytes.
 pub fn tasks(
     fused: Arc<Fused>,
-    arrays: Arc<Vec<Arc<ZarrArray>>>,
+    arrays: crate::exec::ops::region::Arrays,
     out: Arc<ZarrArray>,
     group: &[u64],
     stream_bytes: u64,
