@@ -51,6 +51,7 @@ lint: develop
 	$(VENV)/bin/ruff check python tests scripts bench examples
 	$(VENV)/bin/ruff format --check python tests scripts bench examples
 	$(PY) scripts/check_layout.py
+	$(PY) -m mypy python/chunkfuse
 	$(PY) -m mypy.stubtest chunkfuse._engine
 
 # Cubed's visualize tests need graphviz's `dot` (a Debian package).

@@ -120,6 +120,29 @@ def test_source_that_is_not_an_array_names_it(tmp_path: Path) -> None:
         chunkfuse.rechunk(42, tmp_path / "dst.zarr", (1,))
 
 
+@pytest.mark.parametrize("names", [2, [0, 1], "xy"])
+def test_dimension_names_that_are_not_one_name_per_axis_name_none(
+    tmp_path: Path, names: Any
+) -> None:
+    """An `_ARRAY_DIMENSIONS` attribute that is not one name per axis (a number, numbers, one
+    string) names no dimension, as one of another length does: the group rechunks by
+    variable, and sizes by a dimension name are refused as naming none of its arrays."""
+    source = tmp_path / "src.zarr"
+    values = np.arange(24.0).reshape(4, 6)
+    arr = zarr.open_group(str(source), mode="w").create_array(
+        "a", shape=values.shape, chunks=(2, 3), dtype=values.dtype
+    )
+    arr[:] = values
+    arr.attrs["_ARRAY_DIMENSIONS"] = names
+    chunkfuse.rechunk(source, tmp_path / "dst.zarr", {"a": (4, 6)})
+    out = zarr.open_array(str(tmp_path / "dst.zarr" / "a"), mode="r")
+    assert out.chunks == (4, 6)
+    np.testing.assert_array_equal(out[:], values)
+    with pytest.raises(ValueError, match="no array of the group has a dimension 'x'"):
+        chunkfuse.rechunk(source, tmp_path / "other.zarr", {"x": 2})
+    assert not (tmp_path / "other.zarr").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Whole datasets, as xarray sees them
 # ---------------------------------------------------------------------------------------------

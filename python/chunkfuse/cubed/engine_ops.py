@@ -64,8 +64,8 @@ def _standard_shards(codecs: Sequence[Any]) -> bool:
     if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec):
         return False
     index = codecs[0].index_codecs
-    bytes_first = bool(index) and isinstance(index[0], BytesCodec)
-    little = bytes_first and index[0].endian in (None, Endian.little)
+    first = index[0] if index else None
+    little = isinstance(first, BytesCodec) and first.endian in (None, Endian.little)
     rest = tuple(type(c) for c in index[1:])
     return little and rest in ((), (Crc32cCodec,))
 

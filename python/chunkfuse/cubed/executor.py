@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import networkx as nx
@@ -131,7 +132,7 @@ def _requested_arrays() -> set[str] | None:
     """
     from cubed.core.plan import FinalizedPlan
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(8):
         if frame is None:
             break

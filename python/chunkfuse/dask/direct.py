@@ -61,7 +61,9 @@ def direct_reads(
             return None
         node = b.nodes.get(sym.full.root)
         source = sym.full.root if node is None else node.get("input")
-        url = b.sources.get(source) if node is None or node.get("op") == "slice" else None
+        url = None
+        if isinstance(source, str) and (node is None or node.get("op") == "slice"):
+            url = b.sources.get(source)
         if url is None:
             return None
         reader = readers.get(url)

@@ -99,11 +99,12 @@ class ElementwiseSteps(Steps):
         if decimals == 0:
             return self._elementwise(np.rint, "rint", [x])
         scale = 10.0 ** abs(decimals)
-        up, down = (np.multiply, "multiply"), (np.true_divide, "divide")
-        there, back = (up, down) if decimals > 0 else (down, up)
-        scaled = self._elementwise(*there, [x, scale])
+        up: tuple[np.ufunc, str] = (np.multiply, "multiply")
+        down: tuple[np.ufunc, str] = (np.true_divide, "divide")
+        (there, there_name), (back, back_name) = (up, down) if decimals > 0 else (down, up)
+        scaled = self._elementwise(there, there_name, [x, scale])
         rounded = self._elementwise(np.rint, "rint", [scaled])
-        return self._elementwise(*back, [rounded, scale])
+        return self._elementwise(back, back_name, [rounded, scale])
 
     def _cast(self, full: Full, dtype: np.dtype) -> Full:
         key = ("astype", full.root, dtype.str)
@@ -114,10 +115,10 @@ class ElementwiseSteps(Steps):
     def _elementwise(self, func: Any, name: str, args: list[Any]) -> Blk:
         sig = _elementwise_signature(func, args)
         if sig is not None:
-            full = self._elementwise_seen.get(sig)
-            region = _shared_region(args) if full is not None else None
-            if region is not None:
-                return Blk(full, region)
+            seen = self._elementwise_seen.get(sig)
+            region = _shared_region(args) if seen is not None else None
+            if seen is not None and region is not None:
+                return Blk(seen, region)
         args = [self.reduced(a) if isinstance(a, Red) else a for a in args]
         blocks = [a for a in args if isinstance(a, Blk)]
         if not blocks:

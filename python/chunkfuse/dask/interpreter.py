@@ -325,5 +325,10 @@ def _direct_handlers() -> dict[Any, Handler]:
         np.clip: _when(plain(3), _clip, "clip"),
     }
     for like in FILLS:
-        handlers[like] = lambda i, a, k, like=like: i._filled(like, a, k)
+        handlers[like] = _filled(like)
     return handlers
+
+
+def _filled(like: Any) -> Handler:
+    """The handler of numpy's or Dask's fill function `like` (see `ElementwiseSteps._filled`)."""
+    return lambda i, a, k: i._filled(like, a, k)

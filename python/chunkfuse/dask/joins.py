@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from dask._task_spec import Alias, Task, _execute_subgraph
 
@@ -39,6 +39,9 @@ from .symbols import (
 #: One input of a join: the input array's name and its block offset along the joined axis.
 Part = tuple[str, int]
 
+#: A block's key in a Dask graph: its array's name, then its index along each axis.
+BlockKey = tuple[str, *tuple[int, ...]]
+
 
 @dataclass(frozen=True)
 class Join:
@@ -49,10 +52,10 @@ class Join:
     #: Parts in order along the axis.
     parts: tuple[Part, ...]
     #: Every aliased block: result key → (part, the input block's key).
-    blocks: Mapping[Hashable, tuple[Part, Hashable]]
+    blocks: Mapping[Hashable, tuple[Part, BlockKey]]
 
 
-def _block_key(key: Any) -> bool:
+def _block_key(key: object) -> TypeGuard[BlockKey]:
     return (
         isinstance(key, tuple)
         and len(key) > 1
@@ -62,7 +65,7 @@ def _block_key(key: Any) -> bool:
 
 
 def _aliases(
-    graph: Mapping[Hashable, Any], groups: dict[str, dict[Hashable, Hashable]], others: set[str]
+    graph: Mapping[Hashable, Any], groups: dict[str, dict[BlockKey, BlockKey]], others: set[str]
 ) -> None:
     """Collects each array's blocks that alias a block of another array into `groups`, and
     the names of arrays with any other block into `others` (a rechunk aliases the blocks it
@@ -83,7 +86,7 @@ def _aliases(
 
 def find_joins(graph: Mapping[Hashable, Any]) -> dict[Hashable, Join]:
     """The join each aliased block of a concatenation belongs to, by the block's key."""
-    groups: dict[str, dict[Hashable, Hashable]] = defaultdict(dict)
+    groups: dict[str, dict[BlockKey, BlockKey]] = defaultdict(dict)
     others: set[str] = set()
     _aliases(graph, groups, others)
     joins: dict[Hashable, Join] = {}
@@ -94,24 +97,24 @@ def find_joins(graph: Mapping[Hashable, Any]) -> dict[Hashable, Join]:
     return joins
 
 
-def _join_of(name: str, aliases: Mapping[Hashable, Hashable]) -> Join | None:
+def _join_of(name: str, aliases: Mapping[BlockKey, BlockKey]) -> Join | None:
     axes = {
         d
         for key, target in aliases.items()
-        for d in range(1, len(key))
-        if key[d] != target[d]  # type: ignore[index]
+        for d, (k, t) in enumerate(zip(key[1:], target[1:], strict=True))
+        if k != t
     }
     if len(axes) != 1:
         return None
-    (d,) = axes
-    blocks = {
-        key: ((target[0], key[d] - target[d]), target)  # type: ignore[index]
+    (axis,) = axes
+    blocks: dict[Hashable, tuple[Part, BlockKey]] = {
+        key: ((target[0], key[1:][axis] - target[1:][axis]), target)
         for key, target in aliases.items()
     }
     parts = tuple(sorted({part for part, _ in blocks.values()}, key=lambda p: p[1]))
     if len(parts) < 2:
         return None
-    return Join(name, d - 1, parts, blocks)
+    return Join(name, axis, parts, blocks)
 
 
 class JoinBuilder:
@@ -174,8 +177,7 @@ class JoinBuilder:
             for part, target in join.blocks.values():
                 blk = self._blk(self.seen[target])
                 by_part[part].append(blk)
-                if _block_key(target):
-                    at[part].append((tuple(target[1:]), blk.region))
+                at[part].append((tuple(target[1:]), blk.region))
             fulls: list[Full] = []
             boxes: dict[Part, Region] = {}
             starts: dict[Part, int] = {}
@@ -207,10 +209,10 @@ class JoinBuilder:
     def _contiguous(join: Join) -> bool:
         """Whether each part's blocks follow the previous part's along the axis, with none
         left out between them (culling may drop blocks only outside the parts' span)."""
-        d = join.axis + 1
         spans: dict[Part, set[int]] = defaultdict(set)
         for key, (part, _) in join.blocks.items():
-            spans[part].add(key[d])  # type: ignore[index]
+            assert _block_key(key)  # `_join_of` keys the blocks by their block keys
+            spans[part].add(key[1:][join.axis])
         expected = None
         for part in join.parts:
             idx = sorted(spans[part])
@@ -226,7 +228,7 @@ class JoinSteps(Steps):
     """Blocks joined into one: Dask's `finalize` of an array's blocks, its rechunk merges,
     and the joins other steps make (of a take's runs, of stores tiling a box)."""
 
-    def _whole(self, parts: Any) -> Blk | Red:
+    def _whole(self, parts: Any) -> Blk | Red | Stored:
         """Dask's `finalize` of the blocks of one array: the blocks joined (they must tile it)."""
         items = with_values(flat_items(parts))
         first = items[0] if items else None

@@ -339,6 +339,7 @@ class ReductionSteps(Steps):
             raise NotNative("arg reduction chunk of something else")
         rank = len(x.full.shape)
         axes = self._axes(axis, rank)
+        expected: tuple[tuple[int, ...], tuple[int, ...]] | int
         if len(axes) == 1:
             # Dask's index of the block's start: along the axis, or (1-D) ravelled.
             start = x.region[axes[0]][0]

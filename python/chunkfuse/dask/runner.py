@@ -365,9 +365,9 @@ def engine_plan(interp: Interpreter, roots: dict[Hashable, Symbol], tmp: str) ->
             writes.append((interp._region_of(values), url, shape, None, None))
     plan = b.plan("dask", writes)
     for op in plan["ops"]:
-        i = _write_index(op)
-        if i in regions:
-            op["region"] = regions[i]
+        at = _write_index(op)
+        if at is not None and at in regions:
+            op["region"] = regions[at]
     return EnginePlan(plan, scratch, roots)
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dask.callbacks import local_callbacks, unpack_callbacks
 from dask.local import finish_task, start_state_from_dask
 from dask.order import order
+from dask.typing import Key
 
 from chunkfuse.common.symbols import NotNative
 
@@ -150,19 +151,19 @@ def run_watched(
                 if cb[0]:
                     cb[0](graph)
                 started.append(cb)
-            keyorder = order(graph)
-            state = start_state_from_dask(graph, cache=cache, sortkey=keyorder.get, keys=wanted)
+            keyorder = _priorities(graph)
+            state = start_state_from_dask(graph, cache=cache, sortkey=keyorder, keys=wanted)
             for _, start_state, _, _, _ in cbs:
                 if start_state:
                     start_state(graph, state)
             dsk = graph
             if engine is not None:
                 dsk = _run_engine(
-                    graph, state, wanted, keyorder.get, (pretask, posttask), stats, engine
+                    graph, state, wanted, keyorder, (pretask, posttask), stats, engine
                 )
             if state["waiting"] and not state["ready"]:
                 raise ValueError("Found no accessible jobs in dask")
-            run = _Run(dsk, state, wanted, keyorder.get, (pretask, posttask), stats)
+            run = _Run(dsk, state, wanted, keyorder, (pretask, posttask), stats)
             run_workers(run.work, min(workers, max(1, len(graph))), lambda: run.error)
             succeeded = True
         finally:
@@ -170,6 +171,14 @@ def run_watched(
                 if finish:
                     finish(graph, state, not succeeded)
     return state["cache"]
+
+
+def _priorities(graph: Mapping[Hashable, Any]) -> Callable[[Hashable], int | None]:
+    """Dask's priority of each task of `graph` (`dask.order.order`), the sort key of Dask's
+    scheduler state. The keys of a task-spec graph are Dask keys (`dask.typing.Key`), which
+    this package types as Hashable."""
+    ranks: dict[Any, int] = order(cast("Mapping[Key, Any]", graph))
+    return ranks.get
 
 
 def _run_engine(

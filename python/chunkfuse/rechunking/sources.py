@@ -77,12 +77,22 @@ def _open_group(url: str) -> zarr.Group | None:
 
 
 def _variable(name: str, array: zarr.Array) -> Variable:
+    return Variable(name, _dimension_names(array), tuple(int(c) for c in array.chunks))
+
+
+def _dimension_names(array: zarr.Array) -> tuple[str | None, ...]:
+    """The array's dimension names (Zarr v3 metadata, else xarray's `_ARRAY_DIMENSIONS`
+    attribute); none named where it has none, or they are not one name (or null) per axis."""
     dims = getattr(array.metadata, "dimension_names", None)
     if dims is None:
         dims = array.attrs.get("_ARRAY_DIMENSIONS")
-    if dims is None or len(dims) != array.ndim:
-        dims = (None,) * array.ndim
-    return Variable(name, tuple(dims), tuple(int(c) for c in array.chunks))
+    if (
+        not isinstance(dims, list | tuple)
+        or len(dims) != array.ndim
+        or not all(d is None or isinstance(d, str) for d in dims)
+    ):
+        return (None,) * array.ndim
+    return tuple(dims)
 
 
 def _group(url: str, group: zarr.Group, names: Sequence[str] | None) -> GroupSource:
