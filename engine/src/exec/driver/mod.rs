@@ -272,27 +272,32 @@ impl Driver {
         record.bands = groups.len() as u64;
         // One band's memory serves the next.
         let mut spare: Option<Vec<u8>> = None;
+        let resumed = self.resumed_output(stage);
         for group in groups {
-            let mut left = group_tasks(&group.blocks)?;
             let band_bytes = resident::band_task_memory(
                 &self.arrays[group.mat],
                 &group.band,
                 limits.batch_limit,
             );
             record.largest_task_bytes = record.largest_task_bytes.max(band_bytes);
-            if let Some(o) = self.resumed_output(stage) {
-                record.resumed = true;
-                let skipped = tasks::skip_done(&mut left, &self.arrays[o])?;
-                record.tasks_done_before += skipped as u64;
-                record.tasks += skipped as u64;
-            }
             record.parts += group.blocks.len() as u64;
-            if self.explain {
-                record.tasks += left.len() as u64;
-                continue;
-            }
-            if left.is_empty() {
-                continue;
+            // Explained, or resumed (no band is loaded whose blocks are all written), the
+            // blocks are planned before their band is held too.
+            if self.explain || resumed.is_some() {
+                let mut left = group_tasks(&group.blocks)?;
+                if let Some(o) = resumed {
+                    record.resumed = true;
+                    let skipped = tasks::skip_done(&mut left, &self.arrays[o])?;
+                    record.tasks_done_before += skipped as u64;
+                    record.tasks += skipped as u64;
+                }
+                if self.explain {
+                    record.tasks += left.len() as u64;
+                    continue;
+                }
+                if left.is_empty() {
+                    continue;
+                }
             }
             let (load, band) = resident::band_task(
                 (
@@ -307,7 +312,7 @@ impl Driver {
             self.engine.scheduler.run(vec![load])?;
             // Planned once the band is held, the blocks read it instead of its chunks.
             let mut tasks = group_tasks(&group.blocks)?;
-            if let Some(o) = self.resumed_output(stage) {
+            if let Some(o) = resumed {
                 tasks::skip_done(&mut tasks, &self.arrays[o])?;
             }
             record.tasks += tasks.len() as u64;
