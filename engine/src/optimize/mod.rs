@@ -8,6 +8,3 @@ pub mod joins;
 pub mod lift;
 pub mod rechunk;
 pub mod stages;
-
-pub use fuse::{Fused, Leaf, MatId};
-pub use stages::{Material, MaterialOrigin, PhysicalPlan, Stage};

@@ -1,135 +1,24 @@
 //! The physical plan: materialized arrays and the stages that fill them.
 
-use std::sync::Arc;
-
-use super::fuse::{self, ConcatPart, Fused, LeafConcat, MatId};
+use super::fuse;
 use super::{bands, joins, lift, rechunk};
 use crate::array::{ChunkGrid, DType};
 use crate::error::{Error, Result};
+use crate::physical::cost::{block_task_bytes, shard_bytes};
+use crate::physical::fused::{ConcatPart, Fused, LeafConcat, MatId};
+use crate::physical::material::{Material, MaterialOrigin};
+use crate::physical::options::PlanOptions;
+use crate::physical::stage::{PhysicalPlan, Stage};
 use crate::plan::graph::Graph;
 use crate::plan::node::{NodeKind, TExpr};
 use crate::plan::view::{View, ViewAxis};
-use crate::plan::ReduceFunc;
 use crate::zarr::{ArraySpec, Codec, ZarrArray};
-
-/// Where a materialized array comes from.
-#[derive(Debug, Clone)]
-pub enum MaterialOrigin {
-    /// An input array, already open.
-    Source(Arc<ZarrArray>),
-    /// A `write` target, created before the run.
-    Target {
-        /// Store URL.
-        url: String,
-        /// Format.
-        spec: ArraySpec,
-        /// Attributes and dimension names.
-        attrs: crate::zarr::ArrayAttrs,
-    },
-    /// An intermediate in the run's work directory, removed afterwards.
-    Intermediate {
-        /// Format.
-        spec: ArraySpec,
-    },
-}
-
-/// A materialized array.
-#[derive(Debug, Clone)]
-pub struct Material {
-    /// For messages: the plan id (and a suffix for intermediates).
-    pub name: String,
-    /// Shape.
-    pub shape: Vec<u64>,
-    /// Element type.
-    pub dtype: DType,
-    /// Storage grid (shards for sharded arrays).
-    pub grid: ChunkGrid,
-    /// Where it comes from.
-    pub origin: MaterialOrigin,
-}
-
-impl Material {
-    /// Decoded bytes of its largest chunk.
-    pub fn chunk_bytes(&self) -> u64 {
-        self.grid.chunk_shape().iter().product::<u64>() * self.dtype.size() as u64
-    }
-}
-
-/// A stage: a set of independent tasks that fill one material.
-#[derive(Debug, Clone)]
-pub enum Stage {
-    /// Computes `input` into `out`, one task per block of `block` output chunks per axis.
-    Compute {
-        /// What to compute.
-        input: Fused,
-        /// Where.
-        out: MatId,
-        /// Output chunks per task along each axis.
-        block: Vec<u64>,
-        /// For messages.
-        label: String,
-    },
-    /// Copies `input`, a plain copy of one array, into `out` through one encoder stream per
-    /// output chunk (see `exec::ops::stream_copy`), one task per group of `group` output
-    /// chunks per axis.
-    Stream {
-        /// What to copy.
-        input: Fused,
-        /// Where.
-        out: MatId,
-        /// Output chunks per task along each axis.
-        group: Vec<u64>,
-        /// Bytes one stream's encoder holds.
-        stream_bytes: u64,
-        /// Decoded bytes of input per read batch.
-        batch_bytes: u64,
-        /// For messages.
-        label: String,
-    },
-    /// Reduces `input` (already cast to the compute dtype) over `axes` into `out`.
-    Reduce {
-        /// The reduced values.
-        input: Fused,
-        /// Where.
-        out: MatId,
-        /// The function.
-        func: ReduceFunc,
-        /// Reduced axes of the input.
-        axes: Vec<usize>,
-        /// Whether the output keeps reduced axes.
-        keepdims: bool,
-        /// Delta degrees of freedom.
-        ddof: f64,
-        /// For messages.
-        label: String,
-    },
-}
-
-/// Materials and stages, in execution order.
-#[derive(Debug, Clone)]
-pub struct PhysicalPlan {
-    /// Every materialized array.
-    pub materials: Vec<Material>,
-    /// Stages in order.
-    pub stages: Vec<Stage>,
-}
 
 /// The codec of intermediates: none. Float data compresses about 1.3× with blosc-lz4 and
 /// shuffle, which cost more CPU (a third of the ERA5 power spectrum's) than writing and
 /// reading the extra bytes through a local work directory's page cache.
 pub fn intermediate_codec() -> Codec {
     Codec::None
-}
-
-/// Planning inputs besides the graph.
-#[derive(Debug, Clone, Copy)]
-pub struct PlanOptions {
-    /// The memory budget in bytes.
-    pub budget: u64,
-    /// Compute threads.
-    pub threads: usize,
-    /// Bytes of reads per batch of a compute task.
-    pub batch_bytes: u64,
 }
 
 /// Builds the physical plan of `graph`.
@@ -663,59 +552,6 @@ pub(crate) fn sharded_intermediate(
     Ok(materials.len() - 1)
 }
 
-/// Largest shard of an intermediate, in bytes: a share of the budget small enough that the
-/// allocator reuses freed shard buffers (see `exec::memory::scale_allocator_to_budget`)
-/// rather than mapping and faulting in fresh pages for each.
-pub fn shard_bytes(budget: u64) -> u64 {
-    (budget / 64).clamp(1 << 20, 16 << 20)
-}
-
-/// Output chunks a compute task encodes per batch: a few per thread, so their writes overlap
-/// the next batch's encoding.
-pub fn chunks_per_encode(threads: usize) -> usize {
-    (2 * threads).max(1)
-}
-
-/// Encoded bytes a compute task holds at most: the scheduler lets one encode batch's writes be
-/// in flight while the next batch is encoded (at most the decoded size each).
-pub fn encoded_in_flight(out_bytes: u64, out_chunk_bytes: u64, threads: usize) -> u64 {
-    out_bytes.min(2 * chunks_per_encode(threads) as u64 * out_chunk_bytes)
-}
-
-/// Bytes a compute task is projected to hold: its leaf buffers, its output values (none for a
-/// plain copy, whose leaf buffer is the output), the encoded chunks in flight, and two batches
-/// of reads in flight.
-pub fn compute_task_bytes(
-    leaf_bytes: u64,
-    out_bytes: u64,
-    plain_copy: bool,
-    batch_bytes: u64,
-    encoded_bytes: u64,
-) -> u64 {
-    let values = if plain_copy { 0 } else { out_bytes };
-    leaf_bytes + values + encoded_bytes + 2 * batch_bytes
-}
-
-/// [`compute_task_bytes`] for a block of `elements` output elements in chunks of
-/// `chunk_elements`.
-fn block_task_bytes(
-    elements: u64,
-    chunk_elements: u64,
-    itemsize: u64,
-    in_itemsize: u64,
-    plain_copy: bool,
-    batch_bytes: u64,
-    threads: usize,
-) -> u64 {
-    compute_task_bytes(
-        elements * in_itemsize,
-        elements * itemsize,
-        plain_copy,
-        batch_bytes,
-        encoded_in_flight(elements * itemsize, chunk_elements * itemsize, threads),
-    )
-}
-
 /// Most passes over the input a stream copy may take (one per group of output chunks): each
 /// decodes the input again, and already two cost more than an intermediate array (ERA5
 /// rechunk at 400–600 MB: 6.4–7.1 s in two passes, 5.9 s through an intermediate, 5.0–5.5 s
@@ -741,7 +577,7 @@ fn stream_plan(
     batch: u64,
     limit: u64,
 ) -> Option<(Vec<u64>, u64, u64, Codec)> {
-    use crate::exec::ops::stream_copy;
+    use crate::physical::cost;
     let mat = &materials[out];
     let MaterialOrigin::Target { url, spec, .. } = &mat.origin else {
         return None;
@@ -765,7 +601,7 @@ fn stream_plan(
     if !leaf.is_plain() || src.plain_leaf(mat.dtype).is_none() {
         return None;
     }
-    if !stream_copy::rows_of_single_chunks(&materials[leaf.mat].grid, &mat.grid) {
+    if !cost::rows_of_single_chunks(&materials[leaf.mat].grid, &mat.grid) {
         return None;
     }
     let chunk_bytes = mat.chunk_bytes();
@@ -781,24 +617,19 @@ fn stream_plan(
         * mat.shape[1..].iter().product::<u64>()
         * materials[leaf.mat].dtype.size() as u64;
     let batch = batch.max(slab);
-    let per_stream = stream_copy::task_bytes(1, stream_bytes, chunk_bytes, 0);
-    let streams = limit.checked_sub(stream_copy::task_bytes(0, 0, 0, batch))? / per_stream;
+    let per_stream = cost::task_bytes(1, stream_bytes, chunk_bytes, 0);
+    let streams = limit.checked_sub(cost::task_bytes(0, 0, 0, batch))? / per_stream;
     if streams == 0 {
         return None;
     }
-    let group = stream_copy::group_shape(&mat.grid, streams);
+    let group = cost::group_shape(&mat.grid, streams);
     let per_row: u64 = mat.grid.grid_shape()[1..].iter().product();
     let per_group: u64 = group.iter().product();
     if per_row.div_ceil(per_group.max(1)) > MAX_STREAM_PASSES {
         return None;
     }
     // Larger batches where the budget has room beside the streams.
-    let room = limit.saturating_sub(stream_copy::task_bytes(
-        per_group,
-        stream_bytes,
-        chunk_bytes,
-        0,
-    ));
+    let room = limit.saturating_sub(cost::task_bytes(per_group, stream_bytes, chunk_bytes, 0));
     let batch_bytes = (room / 3).clamp(batch, MAX_STREAM_BATCHES * batch);
     Some((group, stream_bytes, batch_bytes, codec))
 }

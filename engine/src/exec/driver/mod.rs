@@ -31,7 +31,7 @@ use crate::exec::ops::compute;
 use crate::exec::ops::region::Arrays;
 use crate::exec::{resident, Task};
 use crate::kernels::device::Placement;
-use crate::optimize::stages::Stage;
+use crate::physical::stage::Stage;
 
 /// Runs (or explains) the stages of one physical plan.
 pub struct Driver {

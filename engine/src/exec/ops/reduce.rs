@@ -15,7 +15,7 @@ use crate::kernels::cascade::{self, PartialSums};
 use crate::kernels::eval::drive_tiles;
 use crate::kernels::eval::SumMode;
 use crate::kernels::Accumulator;
-use crate::optimize::fuse::Fused;
+use crate::physical::fused::Fused;
 use crate::plan::ReduceFunc;
 use crate::zarr::ZarrArray;
 

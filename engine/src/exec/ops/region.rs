@@ -13,8 +13,8 @@ use crate::error::Result;
 use crate::exec::task::{ReadOp, TaskContext};
 use crate::kernels::fft::{rfft_of_box, transform, Block};
 use crate::kernels::{eval_into, Inst, LeafInput, Program};
-use crate::optimize::fft::input_region;
-use crate::optimize::fuse::{Fused, LeafConcat, LeafFft};
+use crate::physical::fused::{Fused, LeafConcat, LeafFft};
+use crate::physical::regions::input_region;
 use crate::plan::view::ViewAxis;
 use crate::zarr::ZarrArray;
 
@@ -78,7 +78,7 @@ pub struct LeafRead {
     /// whole material: the box is copied from it, nothing is read.
     pub band: Option<(Region, Arc<Buffer>)>,
     /// Whether the stage holds the leaf's material in memory band by band (see
-    /// [`LeafBand`](crate::optimize::fuse::LeafBand)).
+    /// [`LeafBand`](crate::physical::fused::LeafBand)).
     pub in_bands: bool,
     /// Axes of `bbox` the leaf's view walks backwards: its buffer is reversed along them
     /// once assembled (and transformed), so `strides` step forwards through it.
