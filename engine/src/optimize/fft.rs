@@ -5,7 +5,8 @@
 //! an intermediate first.
 
 use super::bands::{cheapest_bands, room_for_band, SPILL_COST};
-use super::stages;
+use super::copy::plan_copy;
+use super::materials::sharded_intermediate;
 use crate::array::{ChunkGrid, DType, Region};
 use crate::error::{Error, Result};
 use crate::physical::fused::{Fused, LeafBand, LeafFft};
@@ -271,15 +272,9 @@ pub fn plan_fft(
                 dtype.size() as u64,
                 crate::physical::cost::shard_bytes(opts.budget),
             );
-            let mid = stages::sharded_intermediate(
-                materials,
-                &label,
-                &shape,
-                dtype,
-                &mid_chunks,
-                Some(shards),
-            )?;
-            stages::plan_copy(materials, stages_out, input, mid, &label, opts)?;
+            let mid =
+                sharded_intermediate(materials, &label, &shape, dtype, &mid_chunks, Some(shards))?;
+            plan_copy(materials, stages_out, input, mid, &label, opts)?;
             mid
         }
     };
