@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::ops::compute::{self, block_grid, block_region};
-use super::ops::region::RegionRead;
+use super::ops::region::read::RegionRead;
 use crate::array::grid::indices_in;
 use crate::array::Region;
 use crate::error::Result;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::{Result, ResultExt};
-use crate::exec::ops::region::Arrays;
+use crate::exec::ops::region::read::Arrays;
 use crate::physical::material::{Material, MaterialOrigin};
 use crate::store::open_store;
 use crate::zarr::ZarrArray;

@@ -28,7 +28,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::bands::BandGroup;
 use crate::exec::chunk_cache::ChunkCache;
 use crate::exec::ops::compute;
-use crate::exec::ops::region::Arrays;
+use crate::exec::ops::region::read::Arrays;
 use crate::exec::{resident, Task};
 use crate::kernels::device::Placement;
 use crate::physical::stage::Stage;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::record::{StageKind, StageRecord};
 use crate::error::Result;
 use crate::exec::bands::{BandGroup, BlockBoxes};
-use crate::exec::ops::region::Arrays;
+use crate::exec::ops::region::read::Arrays;
 use crate::exec::ops::{compute, reduce, stream_copy};
 use crate::exec::{resident, Task};
 use crate::kernels::device::{DeviceKernel, Placement};

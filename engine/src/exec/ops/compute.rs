@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::region::{Assembler, RegionRead};
+use super::region::assemble::Assembler;
+use super::region::read::RegionRead;
 use crate::array::buffer::copy_region;
 use crate::array::grid::indices_in;
 use crate::array::{Buffer, ChunkGrid, Region};

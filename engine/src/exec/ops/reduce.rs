@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::region::{Assembler, RegionRead};
+use super::region::assemble::Assembler;
+use super::region::read::RegionRead;
 use crate::array::grid::{c_strides, indices_in};
 use crate::array::{ChunkGrid, Region};
 use crate::error::{Error, Result};

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::region::{Assembler, RegionRead};
+use super::region::assemble::Assembler;
+use super::region::read::RegionRead;
 use crate::array::grid::indices_in;
 use crate::array::Region;
 use crate::error::{Error, ErrorKind, Result};
