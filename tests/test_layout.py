@@ -31,8 +31,10 @@ def test_loops_are_the_cycles_of_more_than_one_module() -> None:
 
 def test_rust_imports_see_use_paths_groups_and_paths_in_code() -> None:
     graph = _script().rust_imports()
-    # `use super::fuse::{...}` in optimize/joins.rs, `crate::plan::graph` paths in code.
-    assert "crate::optimize::fuse" in graph["crate::optimize::joins"]
+    # `use super::{fft, fuse, ...}` in optimize/stages.rs, `use crate::physical::fused::{...}`
+    # in optimize/joins.rs, `crate::plan::graph` paths in code.
+    assert "crate::optimize::fuse" in graph["crate::optimize::stages"]
+    assert "crate::physical::fused" in graph["crate::optimize::joins"]
     assert "crate::plan::graph" in graph["crate::optimize::joins"]
     assert "crate::error" in graph["crate::run"]
 

@@ -3,7 +3,8 @@
 //!
 //! Layers, each in its own module: [`array`] (dtypes, grids, buffers), [`store`] (where bytes
 //! live), [`zarr`] (the adapter over the `zarrs` crate), [`plan`] (the IR and its validation),
-//! [`optimize`] (fusion and stage planning), [`kernels`] (the compute), [`exec`] (scheduling,
+//! [`physical`] (the physical plan types and cost formulas), [`optimize`] (fusion and stage
+//! planning), [`kernels`] (the compute), [`exec`] (scheduling,
 //! memory, progress) and [`run`] (the entry points used by the CLI and the Python bindings).
 
 pub mod array;
@@ -14,6 +15,7 @@ pub mod exec;
 pub mod fork_safe;
 pub mod kernels;
 pub mod optimize;
+pub mod physical;
 pub mod plan;
 pub mod read;
 pub mod run;

@@ -1,5 +1,5 @@
 //! Which band of an FFT's input each block of a compute stage reads (see
-//! [`LeafBand`](crate::optimize::fuse::LeafBand)).
+//! [`LeafBand`](crate::physical::fused::LeafBand)).
 //!
 //! A transform along an axis its input splits finely needs, for every output block, a slab
 //! of many input chunks; blocks side by side need the same chunks again. Rather than each
@@ -7,12 +7,12 @@
 //! held in memory, the blocks whose reads lie inside it run, and the band is let go.
 
 use super::ops::compute::{self, block_grid, block_region};
-use super::ops::region::RegionRead;
+use super::ops::region::read::RegionRead;
 use crate::array::grid::indices_in;
 use crate::array::Region;
 use crate::error::Result;
 use crate::exec::held::Materials;
-use crate::optimize::fuse::Fused;
+use crate::physical::fused::Fused;
 use crate::zarr::ZarrArray;
 
 /// Blocks of a compute stage that run together, and the band of material `mat` held in

@@ -15,8 +15,8 @@ use super::memory::Reservation;
 use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::{Error, Result};
-use crate::optimize::fuse::Fused;
-use crate::optimize::stages::Stage;
+use crate::physical::fused::Fused;
+use crate::physical::stage::Stage;
 use crate::read::Destination;
 use crate::store::Value;
 use crate::zarr::ZarrArray;
@@ -161,7 +161,7 @@ enum Holder {
 }
 
 /// A band of one array held in memory for a stage's FFT tasks (see
-/// [`LeafBand`](crate::optimize::fuse::LeafBand)); dropping this releases it and its budget.
+/// [`LeafBand`](crate::physical::fused::LeafBand)); dropping this releases it and its budget.
 pub struct SharedBand {
     holds: Arc<Held>,
     held: Arc<Mutex<Vec<Reservation>>>,

@@ -1,9 +1,9 @@
 //! Bands: a source held in memory slab by slab while the tasks that read it run (see
 //! [`LeafBand`]), and what loading it that way costs next to the alternatives.
 
-use super::fuse::LeafBand;
-use super::stages::PlanOptions;
 use crate::array::{ChunkGrid, Region};
+use crate::physical::fused::LeafBand;
+use crate::physical::options::PlanOptions;
 use crate::zarr::Codec;
 use crate::zarr::ZarrArray;
 

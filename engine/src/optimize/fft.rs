@@ -5,23 +5,17 @@
 //! an intermediate first.
 
 use super::bands::{cheapest_bands, room_for_band, SPILL_COST};
-use super::fuse::{Fused, LeafBand, LeafFft};
-use super::stages::{self, Material, MaterialOrigin, PlanOptions, Stage};
+use super::copy::plan_copy;
+use super::materials::sharded_intermediate;
 use crate::array::{ChunkGrid, DType, Region};
 use crate::error::{Error, Result};
+use crate::physical::fused::{Fused, LeafBand, LeafFft};
+use crate::physical::material::{Material, MaterialOrigin};
+use crate::physical::options::PlanOptions;
+use crate::physical::regions::input_region;
+use crate::physical::stage::Stage;
 use crate::plan::fft_params::FftStep;
 use crate::plan::node::FftSpec;
-
-/// The region of the FFT's input that output region `out` needs: the same ranges on the
-/// other axes, the whole used extent on transformed axes.
-pub fn input_region(steps: &[FftStep], in_shape: &[u64], out: &Region) -> Region {
-    let mut region = out.clone();
-    for s in steps {
-        region.start[s.axis] = 0;
-        region.shape[s.axis] = in_shape[s.axis].min(s.kind.in_len(s.n) as u64);
-    }
-    region
-}
 
 /// Bytes an FFT task holds for output region `out`: its leaf buffers and reads in flight,
 /// the input cast to the compute dtype, the kernel's blocks before and after each step
@@ -276,17 +270,11 @@ pub fn plan_fft(
                 &mid_chunks,
                 &block,
                 dtype.size() as u64,
-                stages::shard_bytes(opts.budget),
+                crate::physical::cost::shard_bytes(opts.budget),
             );
-            let mid = stages::sharded_intermediate(
-                materials,
-                &label,
-                &shape,
-                dtype,
-                &mid_chunks,
-                Some(shards),
-            )?;
-            stages::plan_copy(materials, stages_out, input, mid, &label, opts)?;
+            let mid =
+                sharded_intermediate(materials, &label, &shape, dtype, &mid_chunks, Some(shards))?;
+            plan_copy(materials, stages_out, input, mid, &label, opts)?;
             mid
         }
     };

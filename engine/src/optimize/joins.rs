@@ -5,9 +5,9 @@
 //! slices, `fftshift` over one axis or several) join joins per block; these rules keep such a
 //! value a few parts over its source, whatever the number of blocks.
 
-use super::fuse::{ConcatPart, Fused, LeafConcat};
-use super::stages::Material;
 use crate::array::{ChunkGrid, DType};
+use crate::physical::fused::{ConcatPart, Fused, LeafConcat};
+use crate::physical::material::Material;
 use crate::plan::graph::Graph;
 use crate::plan::node::{NodeId, NodeKind};
 use crate::plan::view::{View, ViewAxis};
@@ -182,7 +182,7 @@ pub fn value(concat: LeafConcat, materials: &[Material], dtype: DType, grid: Chu
 mod tests {
     use super::{cropped, merged, moved, placed, ConcatPart, LeafConcat};
     use crate::array::{ChunkGrid, DType};
-    use crate::optimize::fuse::Fused;
+    use crate::physical::fused::Fused;
 
     /// The part of material 0 (rank 3) cropped from `origin`, placed at `start` with `shape`.
     fn crop(origin: [u64; 3], start: [u64; 3], shape: [u64; 3]) -> ConcatPart {

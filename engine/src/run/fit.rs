@@ -4,7 +4,9 @@
 use crate::error::{Error, Result};
 use crate::exec::driver::{banded_stage, open_materials, stage_tasks, Engine, RunOptions};
 use crate::kernels::device::Placement;
-use crate::optimize::stages::{self, PhysicalPlan, PlanOptions};
+use crate::optimize::stages;
+use crate::physical::options::PlanOptions;
+use crate::physical::stage::PhysicalPlan;
 use crate::plan::graph::Graph;
 
 /// The physical plan of `graph` for `engine`'s budget and threads, and its largest task that

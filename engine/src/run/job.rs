@@ -10,7 +10,8 @@ use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
 use crate::error::Result;
 use crate::exec::driver::{open_materials, Driver, RunOptions, RunSummary, StageRecord};
-use crate::optimize::stages::{MaterialOrigin, PhysicalPlan};
+use crate::physical::material::MaterialOrigin;
+use crate::physical::stage::PhysicalPlan;
 use crate::plan::graph::Graph;
 use crate::plan::Plan;
 

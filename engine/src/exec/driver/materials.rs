@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::error::{Result, ResultExt};
 use crate::exec::held::Materials;
-use crate::exec::ops::region::Arrays;
-use crate::optimize::stages::{Material, MaterialOrigin};
+use crate::exec::ops::region::read::Arrays;
+use crate::physical::material::{Material, MaterialOrigin};
 use crate::store::open_store;
 use crate::zarr::ZarrArray;
 

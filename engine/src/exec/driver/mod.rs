@@ -28,10 +28,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::bands::BandGroup;
 use crate::exec::chunk_cache::ChunkCache;
 use crate::exec::ops::compute;
-use crate::exec::ops::region::Arrays;
+use crate::exec::ops::region::read::Arrays;
 use crate::exec::{resident, Task};
 use crate::kernels::device::Placement;
-use crate::optimize::stages::Stage;
+use crate::physical::stage::Stage;
 
 /// Runs (or explains) the stages of one physical plan.
 pub struct Driver {

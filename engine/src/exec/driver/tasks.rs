@@ -7,13 +7,13 @@ use super::record::{StageKind, StageRecord};
 use crate::error::Result;
 use crate::exec::bands::{BandGroup, BlockBoxes};
 use crate::exec::held::Materials;
-use crate::exec::ops::region::Arrays;
+use crate::exec::ops::region::read::Arrays;
 use crate::exec::ops::{compute, reduce, stream_copy};
 use crate::exec::{resident, Task};
 use crate::kernels::device::{DeviceKernel, Placement};
 use crate::kernels::eval::Inst;
-use crate::optimize::fuse::{Fused, Leaf};
-use crate::optimize::stages::Stage;
+use crate::physical::fused::{Fused, Leaf};
+use crate::physical::stage::Stage;
 use crate::zarr::ZarrArray;
 
 /// The value a stage reads.

@@ -34,7 +34,7 @@ pub struct ChunkTask {
 struct ChunkFnProcessor {
     task: usize,
     spec: ChunkTask,
-    inputs: crate::exec::ops::region::Arrays,
+    inputs: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     function: Arc<dyn ChunkFunction>,
 }
@@ -87,7 +87,7 @@ impl Processor for ChunkFnProcessor {
 /// The tasks writing every chunk of `specs` into `out`.
 pub fn tasks(
     specs: Vec<ChunkTask>,
-    inputs: crate::exec::ops::region::Arrays,
+    inputs: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     function: Arc<dyn ChunkFunction>,
 ) -> Result<Vec<Task>> {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::region::{Assembler, RegionRead};
+use super::region::assemble::Assembler;
+use super::region::read::RegionRead;
 use crate::array::buffer::copy_region;
 use crate::array::grid::indices_in;
 use crate::array::{Buffer, ChunkGrid, Region};
@@ -13,7 +14,7 @@ use crate::error::Result;
 use crate::exec::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
 use crate::kernels::device::DeviceKernel;
 use crate::kernels::eval_into;
-use crate::optimize::fuse::Fused;
+use crate::physical::fused::Fused;
 use crate::zarr::ZarrArray;
 
 /// The output chunks of block `b` (of `block` chunks per axis) and the region they cover.
@@ -53,7 +54,7 @@ pub fn block_grid(grid: &ChunkGrid, block: &[u64]) -> Vec<u64> {
 
 struct ComputeProcessor {
     fused: Arc<Fused>,
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     chunks: Vec<Vec<u64>>,
     assembler: Assembler,
@@ -240,7 +241,7 @@ impl BlockPlan {
         let mut batches: Vec<Vec<ReadOp>> = ops.chunks(per_batch).map(|c| c.to_vec()).collect();
         let read_batches = batches.len();
         // Encoding is split in batches of a few chunks per thread so writes overlap it.
-        let per_encode = crate::optimize::stages::chunks_per_encode(threads);
+        let per_encode = crate::physical::cost::chunks_per_encode(threads);
         batches.extend((0..n_chunks.div_ceil(per_encode)).map(|_| Vec::new()));
         let batch_bytes = per_chunk * per_batch.min(ops.len()) as u64;
         let out_bytes = region.len() * out.dtype().size() as u64;
@@ -254,12 +255,12 @@ impl BlockPlan {
         } else {
             read.leaf_bytes(arrays)
         };
-        let memory = crate::optimize::stages::compute_task_bytes(
+        let memory = crate::physical::cost::compute_task_bytes(
             leaf_bytes,
             out_bytes,
             plain,
             batch_bytes,
-            crate::optimize::stages::encoded_in_flight(out_bytes, chunk_bytes, threads),
+            crate::physical::cost::encoded_in_flight(out_bytes, chunk_bytes, threads),
         );
         Ok(BlockPlan {
             batches,
@@ -302,7 +303,7 @@ pub fn block_memory(
 #[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     block: &[u64],
     label: &str,
@@ -329,7 +330,7 @@ pub fn tasks(
 #[allow(clippy::too_many_arguments)]
 pub fn tasks_for_blocks(
     fused: Arc<Fused>,
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     block: &[u64],
     blocks: Vec<Vec<u64>>,

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::region::{Assembler, RegionRead};
+use super::region::assemble::Assembler;
+use super::region::read::RegionRead;
 use crate::array::grid::{c_strides, indices_in};
 use crate::array::{ChunkGrid, Region};
 use crate::error::{Error, Result};
@@ -15,7 +16,7 @@ use crate::kernels::cascade::{self, PartialSums};
 use crate::kernels::eval::drive_tiles;
 use crate::kernels::eval::SumMode;
 use crate::kernels::Accumulator;
-use crate::optimize::fuse::Fused;
+use crate::physical::fused::Fused;
 use crate::plan::ReduceFunc;
 use crate::zarr::ZarrArray;
 
@@ -103,7 +104,7 @@ struct OutputChunk {
 
 struct ReduceProcessor {
     fused: Arc<Fused>,
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     params: Arc<ReduceParams>,
     pieces: Vec<RegionRead>,
@@ -627,7 +628,7 @@ fn fit_groups(
 #[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     params: ReduceParams,
     label: &str,

@@ -10,50 +10,16 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::region::{Assembler, RegionRead};
+use super::region::assemble::Assembler;
+use super::region::read::RegionRead;
 use crate::array::grid::indices_in;
-use crate::array::{ChunkGrid, Region};
+use crate::array::Region;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::task::{Part, Processor, ReadOp, Task, TaskContext, WriteOp};
-use crate::optimize::fuse::Fused;
+use crate::physical::cost::{task_bytes, PART_BYTES};
+use crate::physical::fused::Fused;
 use crate::zarr::stream::ChunkStream;
 use crate::zarr::ZarrArray;
-
-/// Encoded bytes a stream gathers before they go out as one part.
-pub const PART_BYTES: usize = 256 << 10;
-
-/// True when `input` chunks along every axis but the first hold each `output` chunk whole
-/// (output chunk boundaries along those axes fall inside single input chunks), so an output
-/// chunk's share of an input chunk is whole rows of it.
-pub fn rows_of_single_chunks(input: &ChunkGrid, output: &ChunkGrid) -> bool {
-    input.rank() == output.rank()
-        && input.rank() >= 1
-        && input.shape() == output.shape()
-        && (1..output.rank()).all(|d| {
-            let o = &output.axes()[d];
-            (0..o.count()).all(|k| {
-                let (start, len) = o.chunk(k);
-                input.axes()[d].overlapping(start, len).len() <= 1
-            })
-        })
-}
-
-/// Output chunks per task along each axis: 1 along the first, and along the others the
-/// largest C-ordered box of at most `streams` chunks (filled from the last axis).
-pub fn group_shape(output: &ChunkGrid, streams: u64) -> Vec<u64> {
-    let g = output.grid_shape();
-    let mut shape = vec![1u64; g.len()];
-    let mut room = streams.max(1);
-    for d in (1..g.len()).rev() {
-        let k = g[d].min(room).max(1);
-        shape[d] = k;
-        if k < g[d] {
-            break;
-        }
-        room /= k.max(1);
-    }
-    shape
-}
 
 /// One output chunk being streamed.
 struct Stream {
@@ -62,7 +28,7 @@ struct Stream {
 }
 
 struct StreamProcessor {
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     /// The reads of each batch: input chunks in order along the first axis.
     reads: Vec<RegionRead>,
@@ -171,19 +137,11 @@ impl Processor for StreamProcessor {
     }
 }
 
-/// Bytes a task of `streams` output chunks holds: the streams' encoder state and pending
-/// encoded bytes (two parts at most, or a whole chunk of `chunk_bytes` and the encoder's
-/// margin), the decoded input of one batch, and two batches of reads in flight.
-pub fn task_bytes(streams: u64, stream_bytes: u64, chunk_bytes: u64, batch_bytes: u64) -> u64 {
-    let pending = (2 * PART_BYTES as u64).min(chunk_bytes + (128 << 10));
-    streams * (stream_bytes + pending) + 3 * batch_bytes
-}
-
 /// The tasks of a stream-copy stage: one per group of `group` output chunks per axis, each
 /// reading its input in batches of about `batch_bytes` decoded bytes.
 pub fn tasks(
     fused: Arc<Fused>,
-    arrays: crate::exec::ops::region::Arrays,
+    arrays: crate::exec::ops::region::read::Arrays,
     out: Arc<ZarrArray>,
     group: &[u64],
     stream_bytes: u64,
@@ -257,33 +215,4 @@ pub fn tasks(
             })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn era5_time_steps_stream_into_time_series() {
-        let shape = [256, 721, 1440];
-        let input = ChunkGrid::regular(&shape, &[1, 721, 1440]).unwrap();
-        let output = ChunkGrid::regular(&shape, &[256, 73, 144]).unwrap();
-        assert!(rows_of_single_chunks(&input, &output));
-        // Output chunks straddling input chunks along a trailing axis do not.
-        let halves = ChunkGrid::regular(&shape, &[1, 361, 1440]).unwrap();
-        assert!(!rows_of_single_chunks(&halves, &output));
-        // Aligned trailing splits do.
-        let bands = ChunkGrid::regular(&shape, &[1, 146, 1440]).unwrap();
-        assert!(rows_of_single_chunks(&bands, &output));
-    }
-
-    #[test]
-    fn groups_are_c_ordered_boxes() {
-        let output = ChunkGrid::regular(&[256, 721, 1440], &[256, 73, 144]).unwrap();
-        assert_eq!(group_shape(&output, 1000), vec![1, 10, 10]);
-        assert_eq!(group_shape(&output, 100), vec![1, 10, 10]);
-        assert_eq!(group_shape(&output, 35), vec![1, 3, 10]);
-        assert_eq!(group_shape(&output, 7), vec![1, 1, 7]);
-        assert_eq!(group_shape(&output, 0), vec![1, 1, 1]);
-    }
 }
