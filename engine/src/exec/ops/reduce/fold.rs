@@ -2,15 +2,18 @@
 //! tile, slab by slab.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use super::processor::ReduceProcessor;
 use crate::array::grid::c_strides;
+use crate::array::Buffer;
 use crate::array::Region;
 use crate::error::{Error, Result};
 use crate::exec::ops::region::Assembler;
 use crate::kernels::cascade::{self, PartialSums};
 use crate::kernels::eval::drive_tiles;
-use crate::kernels::eval::SumMode;
+use crate::kernels::eval::{Program, Registers, SumMode};
+use crate::kernels::work::Strided;
 use crate::kernels::Accumulator;
 use crate::plan::ReduceFunc;
 
@@ -85,25 +88,8 @@ impl ReduceProcessor {
         let strides = self.acc_strides(first);
         let positions = self.params.func.is_arg();
         let axes = &self.params.axes;
-        // Values each element of the output takes from the pending pieces, at most: pieces
-        // over the same kept region add up.
-        let mut per_region: BTreeMap<Vec<u64>, u64> = BTreeMap::new();
-        for (piece, _) in &pending {
-            let kept = (0..rank)
-                .filter(|d| !axes.contains(d))
-                .map(|d| piece.start[d]);
-            let values: u64 = axes.iter().map(|&a| piece.shape[a]).product();
-            *per_region.entry(kept.collect()).or_default() += values;
-        }
-        let terms = per_region.values().copied().max().unwrap_or(0);
-        // Whether the first piece gives each element of the accumulator exactly one value.
-        let covers_all = (0..rank).all(|d| match axes.contains(&d) {
-            true => first.shape[d] == 1,
-            false => {
-                first.start[d] == self.chunk_input.start[d]
-                    && first.shape[d] == self.chunk_input.shape[d]
-            }
-        });
+        let (terms, covers_all) = self.fold_terms(&pending);
+        let (offsets, axis, slab, extent) = self.slabs(&pending, &strides);
         let (func, compute, acc_len) = (self.params.func, self.fused.dtype(), self.acc_len);
         let skip_nan = cascade::skips_nan(func);
         let mut partial = match self.cascade {
@@ -120,34 +106,6 @@ impl ReduceProcessor {
         let acc_slot = &mut self.acc;
         let mut regs = self.fused.program.registers();
         let full_strides = c_strides(&self.fused.shape);
-        // Where each piece's part of the accumulator starts.
-        let offsets: Vec<usize> = pending
-            .iter()
-            .map(|(piece, _)| {
-                (0..rank)
-                    .filter(|d| !axes.contains(d))
-                    .map(|d| (piece.start[d] - self.chunk_input.start[d]) as usize * strides[d])
-                    .sum()
-            })
-            .collect();
-        // The slab axis: the first kept axis longer than 1, if any.
-        let slab_axis = (0..rank).find(|d| !axes.contains(d) && first.shape[*d] > 1);
-        let (axis, slab) = match (slab_axis, positions) {
-            (Some(a), false) => {
-                let per_index = strides[a].max(1) as u64 * ACC_BYTES_PER_ELEMENT;
-                (a, (SLAB_BYTES / per_index).max(1))
-            }
-            _ => (0, u64::MAX),
-        };
-        let extent = if slab == u64::MAX {
-            1
-        } else {
-            pending
-                .iter()
-                .map(|(p, _)| p.shape[axis])
-                .max()
-                .unwrap_or(0)
-        };
         let mut start = 0u64;
         let mut assembled: Vec<(Region, Assembler)> = pending;
         while start < extent {
@@ -191,27 +149,14 @@ impl ReduceProcessor {
                         if at.stride == 1 || n == 1 {
                             if let Some(p) = partial.as_mut() {
                                 let range = at.offset..at.offset + n;
-                                let sums = &mut p.sums[range.clone()];
-                                let added = if skip_nan {
-                                    let counts = p.counts.as_deref_mut().map(|c| &mut c[range]);
-                                    program.eval_tile_add_f32_skip_nan(
-                                        &mut regs,
-                                        tile_leaves,
-                                        n,
-                                        sums,
-                                        counts,
-                                        mode,
-                                    )?
-                                } else {
-                                    program.eval_tile_add_f32(
-                                        &mut regs,
-                                        tile_leaves,
-                                        n,
-                                        sums,
-                                        mode,
-                                    )?
-                                };
-                                if added {
+                                if p.add_tile(
+                                    program,
+                                    &mut regs,
+                                    tile_leaves,
+                                    range,
+                                    skip_nan,
+                                    mode,
+                                )? {
                                     return Ok(());
                                 }
                             }
@@ -233,20 +178,9 @@ impl ReduceProcessor {
                         }
                         let r = program.eval_tile(&mut regs, tile_leaves, n)?;
                         let reg = &regs.regs[r];
-                        let index = if positions {
-                            // Global reduction index of the tile's first value and the step.
-                            if axes.len() == 1 && rank > 1 {
-                                let a = axes[0];
-                                let b = (piece.start[a] + at.index[a]) as i64;
-                                (b, if a == rank - 1 { 1 } else { 0 })
-                            } else {
-                                let b: u64 = (0..rank)
-                                    .map(|d| (piece.start[d] + at.index[d]) * full_strides[d])
-                                    .sum();
-                                (b as i64, 1)
-                            }
-                        } else {
-                            (0, 0)
+                        let index = match positions {
+                            true => tile_index(axes, rank, piece, at.index, &full_strides),
+                            false => (0, 0),
                         };
                         acc.fold(reg, n, at, index)
                     },
@@ -255,6 +189,125 @@ impl ReduceProcessor {
             start += len.max(1);
         }
         Ok(())
+    }
+}
+
+impl ReduceProcessor {
+    /// How many values each element of the output takes from the pending pieces, at most
+    /// (pieces over the same kept region add up), and whether the first piece gives each
+    /// element of the accumulator exactly one value.
+    fn fold_terms(&self, pending: &[(Region, Assembler)]) -> (u64, bool) {
+        let Some((first, _)) = pending.first() else {
+            return (0, false);
+        };
+        let rank = first.rank();
+        let axes = &self.params.axes;
+        let mut per_region: BTreeMap<Vec<u64>, u64> = BTreeMap::new();
+        for (piece, _) in pending {
+            let kept = (0..rank)
+                .filter(|d| !axes.contains(d))
+                .map(|d| piece.start[d]);
+            let values: u64 = axes.iter().map(|&a| piece.shape[a]).product();
+            *per_region.entry(kept.collect()).or_default() += values;
+        }
+        let terms = per_region.values().copied().max().unwrap_or(0);
+        let covers_all = (0..rank).all(|d| match axes.contains(&d) {
+            true => first.shape[d] == 1,
+            false => {
+                first.start[d] == self.chunk_input.start[d]
+                    && first.shape[d] == self.chunk_input.shape[d]
+            }
+        });
+        (terms, covers_all)
+    }
+
+    /// Where each pending piece's part of the accumulator starts, and the slabs they are
+    /// folded in: the slab axis (the first kept axis longer than 1, if any; none for
+    /// arg-reductions), the slab length along it (`u64::MAX`: one pass, no slabs) and the
+    /// extent the slabs cover.
+    fn slabs(
+        &self,
+        pending: &[(Region, Assembler)],
+        strides: &[usize],
+    ) -> (Vec<usize>, usize, u64, u64) {
+        let Some((first, _)) = pending.first() else {
+            return (Vec::new(), 0, u64::MAX, 1);
+        };
+        let rank = first.rank();
+        let positions = self.params.func.is_arg();
+        let axes = &self.params.axes;
+        let offsets: Vec<usize> = pending
+            .iter()
+            .map(|(piece, _)| {
+                (0..rank)
+                    .filter(|d| !axes.contains(d))
+                    .map(|d| (piece.start[d] - self.chunk_input.start[d]) as usize * strides[d])
+                    .sum()
+            })
+            .collect();
+        // The slab axis: the first kept axis longer than 1, if any.
+        let slab_axis = (0..rank).find(|d| !axes.contains(d) && first.shape[*d] > 1);
+        let (axis, slab) = match (slab_axis, positions) {
+            (Some(a), false) => {
+                let per_index = strides[a].max(1) as u64 * ACC_BYTES_PER_ELEMENT;
+                (a, (SLAB_BYTES / per_index).max(1))
+            }
+            _ => (0, u64::MAX),
+        };
+        let extent = if slab == u64::MAX {
+            1
+        } else {
+            pending
+                .iter()
+                .map(|(p, _)| p.shape[axis])
+                .max()
+                .unwrap_or(0)
+        };
+        (offsets, axis, slab, extent)
+    }
+}
+
+impl FoldSums<'_> {
+    /// Adds one tile of a single-precision program straight into the float32 running sums
+    /// over `range`; false when the program cannot add it this way.
+    fn add_tile(
+        &mut self,
+        program: &Program,
+        regs: &mut Registers,
+        tile_leaves: &[(&Buffer, Strided)],
+        range: Range<usize>,
+        skip_nan: bool,
+        mode: SumMode,
+    ) -> Result<bool> {
+        let n = range.len();
+        let sums = &mut self.sums[range.clone()];
+        if skip_nan {
+            let counts = self.counts.as_deref_mut().map(|c| &mut c[range]);
+            program.eval_tile_add_f32_skip_nan(regs, tile_leaves, n, sums, counts, mode)
+        } else {
+            program.eval_tile_add_f32(regs, tile_leaves, n, sums, mode)
+        }
+    }
+}
+
+/// The global reduction index of an arg-reduction tile's first value (the tile at `index`
+/// in `piece`) and the step between its values.
+fn tile_index(
+    axes: &[usize],
+    rank: usize,
+    piece: &Region,
+    index: &[u64],
+    full_strides: &[u64],
+) -> (i64, i64) {
+    if axes.len() == 1 && rank > 1 {
+        let a = axes[0];
+        let b = (piece.start[a] + index[a]) as i64;
+        (b, if a == rank - 1 { 1 } else { 0 })
+    } else {
+        let b: u64 = (0..rank)
+            .map(|d| (piece.start[d] + index[d]) * full_strides[d])
+            .sum();
+        (b as i64, 1)
     }
 }
 
