@@ -89,6 +89,103 @@ fn pieces(grid: &ChunkGrid, region: &Region) -> Vec<Region> {
         .collect()
 }
 
+/// What sizes the tasks of one reduce stage (see [`tasks`]).
+struct Sizing<'a> {
+    fused: &'a Fused,
+    arrays: &'a [Arc<ZarrArray>],
+    func: ReduceFunc,
+    /// Bytes per element of the output.
+    out_itemsize: u64,
+    /// Whether the sums cascade through float32 partial sums.
+    cascade: bool,
+    max_task_bytes: u64,
+    budget: u64,
+    workers: usize,
+}
+
+/// How one output chunk's reduction runs: the sizes of the groups its pieces are folded in,
+/// the pieces each task folds together, what each task reserves, and its accumulator.
+struct ChunkSizing {
+    sizes: Vec<usize>,
+    fold_every: usize,
+    memory: u64,
+    acc_len: usize,
+    acc_bytes: u64,
+}
+
+impl Sizing<'_> {
+    /// Sizes the reduction of the output chunk over `out_region`, read as `reads`, with
+    /// `later` pieces of other output chunks still to come.
+    fn size(&self, reads: &[RegionRead], out_region: &Region, later: usize) -> ChunkSizing {
+        let (arrays, fused, func, cascade) = (self.arrays, self.fused, self.func, self.cascade);
+        let (max_task_bytes, budget, workers) = (self.max_task_bytes, self.budget, self.workers);
+        let piece_bytes = reads
+            .iter()
+            .map(|r| r.leaf_bytes(arrays))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let piece_read = reads
+            .iter()
+            .map(|r| r.chunk_bytes(arrays))
+            .max()
+            .unwrap_or(0);
+        let per_group = (GROUP_BYTES / piece_bytes).clamp(1, reads.len().max(1) as u64) as usize;
+        let out_bytes = out_region.len() * self.out_itemsize;
+        let acc_len = out_region.len() as usize;
+        let state_bytes = acc_len as u64 * Accumulator::bytes_per_element(func, fused.dtype());
+        // The f64 accumulator and, when the sum cascades, its float32 partial sums, which the
+        // folds touch instead (the accumulator only once per flush).
+        let partial_bytes = match cascade {
+            true => acc_len as u64 * cascade::bytes_per_element(func),
+            false => 0,
+        };
+        let acc_bytes = state_bytes + partial_bytes;
+        let folded_bytes = if cascade { partial_bytes } else { state_bytes };
+        // Fold several pieces together when their buffers fit a share of the budget.
+        let share = max_task_bytes.saturating_sub(acc_bytes + 2 * piece_read + 2 * out_bytes);
+        let fold_every = fold_count(folded_bytes, piece_bytes, share, workers);
+        // Accumulator + two pieces read ahead + the pending pieces' leaf buffers (or the
+        // decoded chunks they are read in, see `Assembler::reading_in_place`) + output.
+        let bytes = GroupBytes {
+            one_piece: acc_bytes + 2 * piece_read + piece_bytes.max(piece_read) + 2 * out_bytes,
+            per_piece: piece_bytes.max(piece_read),
+            acc: acc_bytes,
+        };
+        let (sizes, fold_every) = fit_groups(
+            group_sizes(reads.len(), per_group, later, workers),
+            fold_every,
+            bytes,
+            budget,
+        );
+        let memory = bytes.memory(fold_every);
+        ChunkSizing {
+            sizes,
+            fold_every,
+            memory,
+            acc_len,
+            acc_bytes,
+        }
+    }
+}
+
+/// `reads` cut into consecutive groups of `sizes` (one empty group when there are none).
+fn split_groups(reads: &[RegionRead], sizes: Vec<usize>) -> Vec<Vec<RegionRead>> {
+    if reads.is_empty() {
+        vec![Vec::new()]
+    } else {
+        let mut rest = reads;
+        sizes
+            .into_iter()
+            .map(|size| {
+                let (group, tail) = rest.split_at(size);
+                rest = tail;
+                group.to_vec()
+            })
+            .collect()
+    }
+}
+
 /// The tasks of a reduce stage, for `workers` running them at once. `max_task_bytes` is the
 /// share of the budget one task may take to fold several pieces together; `budget` is what
 /// the stage's tasks may reserve in all, which each must fit together with the partial
@@ -125,66 +222,30 @@ pub fn tasks(
     let cascade = cascade::cascades(params.func)
         && fused.dtype() == crate::array::DType::F32
         && fused.program.is_single_precision();
+    let sizing = Sizing {
+        fused: &fused,
+        arrays: &arrays,
+        func: params.func,
+        out_itemsize: out.dtype().size() as u64,
+        cascade,
+        max_task_bytes,
+        budget,
+        workers,
+    };
     for (part, (idx, out_region, chunk_input, regions)) in chunk_pieces.into_iter().enumerate() {
         later -= regions.len();
         let reads: Vec<RegionRead> = regions
             .iter()
             .map(|p| RegionRead::plan(&fused, &arrays, p))
             .collect();
-        let piece_bytes = reads
-            .iter()
-            .map(|r| r.leaf_bytes(&arrays))
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        let piece_read = reads
-            .iter()
-            .map(|r| r.chunk_bytes(&arrays))
-            .max()
-            .unwrap_or(0);
-        let per_group = (GROUP_BYTES / piece_bytes).clamp(1, reads.len().max(1) as u64) as usize;
-        let out_bytes = out_region.len() * out.dtype().size() as u64;
-        let acc_len = out_region.len() as usize;
-        let state_bytes =
-            acc_len as u64 * Accumulator::bytes_per_element(params.func, fused.dtype());
-        // The f64 accumulator and, when the sum cascades, its float32 partial sums, which the
-        // folds touch instead (the accumulator only once per flush).
-        let partial_bytes = match cascade {
-            true => acc_len as u64 * cascade::bytes_per_element(params.func),
-            false => 0,
-        };
-        let acc_bytes = state_bytes + partial_bytes;
-        let folded_bytes = if cascade { partial_bytes } else { state_bytes };
-        // Fold several pieces together when their buffers fit a share of the budget.
-        let share = max_task_bytes.saturating_sub(acc_bytes + 2 * piece_read + 2 * out_bytes);
-        let fold_every = fold_count(folded_bytes, piece_bytes, share, workers);
-        // Accumulator + two pieces read ahead + the pending pieces' leaf buffers (or the
-        // decoded chunks they are read in, see `Assembler::reading_in_place`) + output.
-        let bytes = GroupBytes {
-            one_piece: acc_bytes + 2 * piece_read + piece_bytes.max(piece_read) + 2 * out_bytes,
-            per_piece: piece_bytes.max(piece_read),
-            acc: acc_bytes,
-        };
-        let (sizes, fold_every) = fit_groups(
-            group_sizes(reads.len(), per_group, later, workers),
+        let ChunkSizing {
+            sizes,
             fold_every,
-            bytes,
-            budget,
-        );
-        let memory = bytes.memory(fold_every);
-        let groups: Vec<Vec<RegionRead>> = if reads.is_empty() {
-            vec![Vec::new()]
-        } else {
-            let mut rest = reads.as_slice();
-            sizes
-                .into_iter()
-                .map(|size| {
-                    let (group, tail) = rest.split_at(size);
-                    rest = tail;
-                    group.to_vec()
-                })
-                .collect()
-        };
+            memory,
+            acc_len,
+            acc_bytes,
+        } = sizing.size(&reads, &out_region, later);
+        let groups = split_groups(&reads, sizes);
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
             encode_threads: if output_chunks == 1 { workers } else { 1 },
