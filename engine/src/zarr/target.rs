@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::attrs::{self, ArrayAttrs, JOB_ATTR};
-use super::{create, metadata, ArraySpec, ZarrArray};
+use super::{create, metadata, window, ArraySpec, ZarrArray};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{ReadRequest, Store};
 
@@ -283,6 +283,56 @@ pub(crate) fn remove_marker(store: &dyn Store) -> Result<()> {
         return Ok(());
     }
     Ok(())
+}
+
+impl ZarrArray {
+    /// Checks that this (existing) array has the shape (or, for a region write, holds the
+    /// box `spec.region` starts, of `spec.shape`), dtype, chunks and shards `spec` asks for,
+    /// so tasks planned for `spec` may write its chunks.
+    pub fn check_matches(&self, spec: &ArraySpec) -> Result<()> {
+        let info = self.info();
+        let problem = if let Some(start) = &spec.region {
+            window::check_box(start, &spec.shape, &self.shape()).err()
+        } else if self.shape() != spec.shape {
+            Some(format!(
+                "its shape is {:?}, not {:?}",
+                self.shape(),
+                spec.shape
+            ))
+        } else {
+            None
+        };
+        let problem = problem.or_else(|| {
+            if self.dtype() != spec.dtype {
+                Some(format!("its dtype is {}, not {}", self.dtype(), spec.dtype))
+            } else if info.chunks != spec.chunks {
+                Some(format!(
+                    "its chunks are {:?}, not {:?}",
+                    info.chunks, spec.chunks
+                ))
+            } else if info.shards != spec.shards {
+                Some(format!(
+                    "its shards are {:?}, not {:?}",
+                    info.shards, spec.shards
+                ))
+            } else {
+                None
+            }
+        });
+        match problem {
+            Some(p) => Err(Error::new(
+                ErrorKind::Plan,
+                format!("cannot write into the existing array: {p}"),
+            )
+            .with_store(self.url())),
+            None => Ok(()),
+        }
+    }
+
+    /// Creates (or replaces, when `spec.overwrite`) an array in `store` and writes its metadata.
+    pub fn create(store: Arc<dyn Store>, spec: &ArraySpec) -> Result<Self> {
+        Self::create_with(store, spec, &ArrayAttrs::default(), None)
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::array::{Buffer, Region};
 use crate::store::fs::FsStore;
 
 fn spec(shards: Option<Vec<u64>>, zarr_format: u8) -> ArraySpec {
