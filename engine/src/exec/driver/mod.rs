@@ -94,9 +94,7 @@ impl Driver {
     pub fn run_stage(&mut self, at: usize) -> Result<StageRecord> {
         let stages = self.stage(at)?;
         let stage = &stages[at];
-        let before = Snapshot::of(&self.engine.progress);
-        let mut record = tasks::stage_record(at, stage, &self.arrays);
-        record.task_budget = self.engine.task_budget;
+        let (before, mut record) = self.start(at, stage);
         let limits = self.limits();
         // A stage read in bands holds its bands and nothing else: its budget checks count
         // only them and their tasks.
@@ -116,17 +114,7 @@ impl Driver {
             None => self.run_tasks(at, &mut record),
         };
         self.drop_caches(&|_, last| last > at);
-        if let Err(e) = result {
-            // Chunks streamed in parts that did not finish never appear.
-            if let Some(out) = tasks::stage_output(stage) {
-                self.arrays[out].store().discard_parts();
-            }
-            return Err(e);
-        }
-        if !self.explain {
-            before.close(&self.engine.progress, &mut record);
-        }
-        Ok(record)
+        self.end(stage, before, record, result)
     }
 
     /// Runs the parts `parts` of stage `at` (see [`Task::part`]), each task reading its own
@@ -135,9 +123,7 @@ impl Driver {
     pub fn run_parts(&mut self, at: usize, parts: Range<usize>) -> Result<StageRecord> {
         let stages = self.stage(at)?;
         let stage = &stages[at];
-        let before = Snapshot::of(&self.engine.progress);
-        let mut record = tasks::stage_record(at, stage, &self.arrays);
-        record.task_budget = self.engine.task_budget;
+        let (before, mut record) = self.start(at, stage);
         let mut tasks = stage_tasks(stage, &self.arrays, self.limits(), &self.engine.placement)?;
         let total = tasks::parts_of(&tasks) as usize;
         if parts.start > parts.end || parts.end > total {
@@ -152,6 +138,26 @@ impl Driver {
         tasks.retain(|t| parts.contains(&t.part));
         record.parts = parts.len() as u64;
         let result = self.run_planned(stage, tasks, &mut record);
+        self.end(stage, before, record, result)
+    }
+
+    /// The counters before stage `at` starts, and its record, to be filled as it runs.
+    fn start(&self, at: usize, stage: &Stage) -> (Snapshot, StageRecord) {
+        let mut record = tasks::stage_record(at, stage, &self.arrays);
+        record.task_budget = self.engine.task_budget;
+        (Snapshot::of(&self.engine.progress), record)
+    }
+
+    /// The record of `stage` once `result` is in: what it moved since `before`; or, when it
+    /// failed, the error, its output's unfinished streamed chunks discarded (they never
+    /// appear).
+    fn end(
+        &self,
+        stage: &Stage,
+        before: Snapshot,
+        mut record: StageRecord,
+        result: Result<()>,
+    ) -> Result<StageRecord> {
         if let Err(e) = result {
             if let Some(out) = tasks::stage_output(stage) {
                 self.arrays[out].store().discard_parts();
