@@ -287,21 +287,8 @@ impl<'g> Walk<'g> {
                 &node.grid.chunk_shape(),
             )?,
         };
-        let src = fused_of(&self.fused, input)?.clone();
-        plan_copy(
-            &mut self.materials,
-            &mut self.stages,
-            src,
-            out,
-            &node.id,
-            self.opts,
-        )?;
-        Ok(Fused::material(
-            out,
-            &node.shape,
-            node.dtype,
-            self.materials[out].grid.clone(),
-        ))
+        self.copy_into(node, input, out)?;
+        Ok(self.read_whole(node, out))
     }
 
     fn write(&mut self, i: usize, input: usize) -> Result<Fused> {
@@ -310,24 +297,34 @@ impl<'g> Walk<'g> {
             Some(m) => m,
             None => {
                 let m = target_material(self.graph, i, &mut self.materials)?;
-                let src = fused_of(&self.fused, input)?.clone();
-                plan_copy(
-                    &mut self.materials,
-                    &mut self.stages,
-                    src,
-                    m,
-                    &node.id,
-                    self.opts,
-                )?;
+                self.copy_into(node, input, m)?;
                 m
             }
         };
-        Ok(Fused::material(
+        Ok(self.read_whole(node, out))
+    }
+
+    /// Plans the copy of node `input`'s value into material `out` for `node`.
+    fn copy_into(&mut self, node: &Node, input: usize, out: MatId) -> Result<()> {
+        let src = fused_of(&self.fused, input)?.clone();
+        plan_copy(
+            &mut self.materials,
+            &mut self.stages,
+            src,
+            out,
+            &node.id,
+            self.opts,
+        )
+    }
+
+    /// `node`'s value read whole from material `out`, which holds it.
+    fn read_whole(&self, node: &Node, out: MatId) -> Fused {
+        Fused::material(
             out,
             &node.shape,
             node.dtype,
             self.materials[out].grid.clone(),
-        ))
+        )
     }
 }
 
