@@ -1,7 +1,7 @@
 //! Execution: the driver that runs a physical plan stage by stage, the scheduler, the memory
 //! budget, tasks, progress and cancellation.
 
-pub mod bands;
+pub mod band_groups;
 pub mod chunk_cache;
 pub mod cpu_cache;
 pub mod driver;

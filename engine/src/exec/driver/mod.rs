@@ -9,7 +9,7 @@
 //! call or process.
 
 mod engine;
-mod materials;
+mod opening;
 mod options;
 mod record;
 mod tasks;
@@ -19,13 +19,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 pub use engine::{task_need, Engine};
-pub use materials::open_materials;
+pub use opening::open_materials;
 pub use options::RunOptions;
 pub use record::{KeptChunks, RunSummary, Snapshot, StageKind, StageRecord, Strategy};
 pub use tasks::{banded_stage, stage_tasks, TaskLimits};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::bands::BandGroup;
+use crate::exec::band_groups::BandGroup;
 use crate::exec::chunk_cache::ChunkCache;
 use crate::exec::ops::compute;
 use crate::exec::ops::region::read::Arrays;

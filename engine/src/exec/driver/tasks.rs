@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::record::{StageKind, StageRecord};
 use crate::error::Result;
-use crate::exec::bands::{BandGroup, BlockBoxes};
+use crate::exec::band_groups::{BandGroup, BlockBoxes};
 use crate::exec::held::Materials;
 use crate::exec::ops::region::read::Arrays;
 use crate::exec::ops::{compute, reduce, stream_copy};
@@ -85,7 +85,7 @@ fn leaf_read(leaf: &Leaf, arrays: &Arrays) -> String {
     }
 }
 
-/// The groups of a compute stage that reads an FFT's input in bands (see `exec::bands`),
+/// The groups of a compute stage that reads an FFT's input in bands (see `exec::band_groups`),
 /// when every band fits the budget, both while it loads and beside the largest of the tasks
 /// that read it: the planned bands, or narrower ones where those do not fit. Otherwise (not
 /// even one block's band fits) the stage's tasks read their chunks themselves.
