@@ -106,9 +106,16 @@ def _interrupted_after(call: Callable[[], Any], server: _StallingServer) -> floa
             sent.append(time.monotonic())
             _thread.interrupt_main(signal.SIGINT)
 
-    threading.Thread(target=interrupt, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        call()
+    # A process started in the background by a non-interactive shell (a CI runner's job)
+    # inherits SIGINT ignored, and Python then installs no handler: Ctrl-C is what this tests,
+    # so Python's own handler is installed for the call.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            call()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sent, "no request stalled"
     return time.monotonic() - sent[0]
 
