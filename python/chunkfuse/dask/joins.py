@@ -129,6 +129,8 @@ class JoinBuilder:
         self._built: dict[str, tuple[Full, dict[Part, Region], dict[Part, int]] | None] = {}
         #: Joins a block of which stood for its input's block, all blocks not yet known.
         self._early: set[str] = set()
+        #: name → the array each part's blocks were blocks of when the join was built.
+        self._frames: dict[str, dict[Part, Full]] = {}
 
     def block(self, key: Hashable, target_symbol: Any) -> Any:
         """The symbol of aliased block `key`, whose input block's symbol is `target_symbol`:
@@ -149,6 +151,16 @@ class JoinBuilder:
         blk = self._blk(target_symbol)
         if blk.full == full:
             return blk  # already a block of the join (met again inside a fused subgraph)
+        if blk.full != self._frames[join.name][part]:
+            # Built from blocks that stood for their inputs' blocks (a join of a join not
+            # yet built): its boxes lie in other arrays. Built again once every block of it
+            # is known in this pass; the pass after maps its blocks.
+            del self._built[join.name]
+            for _, t in join.blocks.values():
+                self.seen.pop(t, None)
+            self.seen[join.blocks[key][1]] = target_symbol
+            self._early.add(join.name)
+            return target_symbol
         box = boxes[part]
         shift = [-a for a, _ in box]
         shift[join.axis] += starts[part]
@@ -179,6 +191,7 @@ class JoinBuilder:
                 by_part[part].append(blk)
                 at[part].append((tuple(target[1:]), blk.region))
             fulls: list[Full] = []
+            frames: dict[Part, Full] = {}
             boxes: dict[Part, Region] = {}
             starts: dict[Part, int] = {}
             start = 0
@@ -193,6 +206,7 @@ class JoinBuilder:
                 if len(full.shape) <= join.axis:
                     return None
                 boxes[part] = box
+                frames[part] = full
                 starts[part] = start
                 start += box[join.axis][1] - box[join.axis][0]
                 fulls.append(self.interp._region_of(Blk(full, box)))
@@ -203,6 +217,7 @@ class JoinBuilder:
         }
         if len(off_axis) != 1 or not self._contiguous(join):
             return None
+        self._frames[join.name] = frames
         return self.interp.b.concat(fulls, join.axis), boxes, starts
 
     @staticmethod

@@ -52,11 +52,18 @@ def symbols_of(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hasha
     if joins:
         interp.joins = JoinBuilder(interp, joins)
     symbols = _symbols_once(graph, interp)
-    if interp.joins is not None and interp.joins.rerun():
+    # A pass settles at least one more level of joins of joins.
+    for _ in range(_MAX_PASSES):
+        if interp.joins is None or not interp.joins.rerun():
+            break
         interp.joins.again()
         interp.mixed.clear()
         symbols = _symbols_once(graph, interp)
     return symbols
+
+
+#: The most passes over a graph with joins of joins (one per level of nesting settled).
+_MAX_PASSES = 8
 
 
 def _symbols_once(graph: Mapping[Hashable, Any], interp: Interpreter) -> dict[Hashable, Symbol]:
