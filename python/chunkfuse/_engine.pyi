@@ -7,6 +7,7 @@ from typing import Any, final
 __all__ = [
     "version",
     "run_plan",
+    "explain_plan",
     "parse_bytes",
     "device_info",
     "array_info",
