@@ -1,12 +1,13 @@
-//! A job's stages run part by part, in separate calls, write what one whole run writes; a
-//! range of parts that is not the stage's is refused.
+//! A job's stages run part by part, in separate calls, or batch by batch, in separate
+//! attached jobs (as other processes would), write what one whole run writes; a range of
+//! parts or tasks that is not the stage's is refused, and a finished job cannot be attached.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use chunkfuse_engine::array::{Buffer, DType};
 use chunkfuse_engine::plan::Plan;
-use chunkfuse_engine::run::{run_plan, Job, RunOptions};
+use chunkfuse_engine::run::{cut_batches, run_plan, Job, RunOptions};
 use chunkfuse_engine::store::fs::FsStore;
 use chunkfuse_engine::store::{Store, Value};
 use chunkfuse_engine::zarr::{ArraySpec, Codec, ZarrArray};
@@ -135,4 +136,84 @@ fn parts_out_of_range_are_refused_and_nothing_runs() {
     assert!(std::fs::read_dir(&target)
         .unwrap()
         .all(|e| e.unwrap().file_name() != "c"));
+}
+
+fn batched(work: &Path) -> RunOptions {
+    RunOptions {
+        batched: true,
+        ..options(work)
+    }
+}
+
+/// Values of two runs agree to float32 rounding (batches merge partial states in another
+/// association than one process's groups).
+fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        for (a, b) in g.iter().zip(w) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("x.zarr");
+    make_source(&source);
+    let whole = dir.path().join("whole.zarr");
+    run_plan(&anomaly_plan(&source, &whole), &options(dir.path())).unwrap();
+
+    let target = dir.path().join("batched.zarr");
+    let plan = anomaly_plan(&source, &target);
+    let opts = batched(dir.path());
+    let mut job = Job::prepare(&plan, &opts).unwrap();
+    let mut merged = 0;
+    for at in 0..job.stage_count() {
+        let layout = job.task_layout(at).unwrap();
+        // One batch per task: the reduction's output chunks are split and merged.
+        let cut = cut_batches(&layout, layout.len());
+        assert_eq!(cut.batches.len(), layout.len());
+        // Last batch first, each in a job of its own, the first one twice (a retry).
+        for b in cut.batches.iter().rev().chain(cut.batches.first()) {
+            let mut worker = Job::attach(&plan, &opts).unwrap();
+            let record = worker.run_batch(at, b.clone()).unwrap();
+            assert_eq!(record.tasks, b.len() as u64);
+        }
+        for &part in &cut.merges {
+            let mut worker = Job::attach(&plan, &opts).unwrap();
+            worker.run_merge(at, part, &cut.batches).unwrap();
+            merged += 1;
+        }
+    }
+    assert!(merged > 0, "no output chunk was split");
+    job.finish().unwrap();
+    assert_close(&chunks_of(&target), &chunks_of(&whole));
+    // The job is finished: a late batch attaches to nothing and writes nothing.
+    let err = Job::attach(&plan, &opts).err().unwrap().to_string();
+    assert!(err.contains("is not the unfinished output of job"), "{err}");
+}
+
+#[test]
+fn batches_out_of_range_and_merges_without_states_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("x.zarr");
+    make_source(&source);
+    let target = dir.path().join("out.zarr");
+    let plan = anomaly_plan(&source, &target);
+    let opts = batched(dir.path());
+    let job = Job::prepare(&plan, &opts).unwrap();
+    let tasks = job.task_layout(0).unwrap().len();
+    let mut worker = Job::attach(&plan, &opts).unwrap();
+    let err = worker.run_batch(0, 0..tasks + 1).unwrap_err().to_string();
+    assert!(err.contains(&format!("has tasks 0..{tasks}")), "{err}");
+    let halves = [0..1, 1..tasks];
+    let err = worker.run_merge(0, 0, &halves).unwrap_err().to_string();
+    assert!(err.contains("partial state of groups 0..1"), "{err}");
+    assert!(err.contains("missing"), "{err}");
+    let err = worker.finish().err().unwrap().to_string();
+    assert!(
+        err.contains("the process that prepared it finishes it"),
+        "{err}"
+    );
 }

@@ -216,6 +216,7 @@ fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error
             Some(d) => d.parse().map_err(|e: Error| e.with_field("--device"))?,
             None => Default::default(),
         },
+        batched: false,
     })
 }
 

@@ -9,11 +9,14 @@ use std::time::Instant;
 use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
 use crate::error::Result;
-use crate::exec::driver::{open_materials, Driver, RunOptions, RunSummary, StageRecord};
+use crate::exec::driver::{
+    attach_materials, open_materials, Driver, RunOptions, RunSummary, StageRecord,
+};
 use crate::physical::material::MaterialOrigin;
 use crate::physical::stage::PhysicalPlan;
 use crate::plan::graph::Graph;
 use crate::plan::Plan;
+use crate::store::open_store;
 
 /// Removes the work directory when dropped.
 struct WorkDir(Option<PathBuf>);
@@ -84,6 +87,8 @@ pub struct Job {
     job: Option<String>,
     work_root: PathBuf,
     has_intermediates: bool,
+    /// Opened by [`Job::attach`]: it runs batches, another process finishes it.
+    attached: bool,
     /// Removes a non-resumable run's work directory when the job is dropped.
     _work: WorkDir,
     records: Vec<StageRecord>,
@@ -93,6 +98,19 @@ impl Job {
     /// Validates `plan`, plans it for the budget of `opts` and creates its targets and
     /// intermediates (a resumable run keeps what an unfinished run of the same job wrote).
     pub fn prepare(plan: &Plan, opts: &RunOptions) -> Result<Job> {
+        // A job run in batches is always marked and its work directory named after it: the
+        // processes that run its batches find both (see `RunOptions::batched`).
+        let resumable;
+        let opts = match opts.batched && !opts.resume {
+            true => {
+                resumable = RunOptions {
+                    resume: true,
+                    ..opts.clone()
+                };
+                &resumable
+            }
+            false => opts,
+        };
         let started = Instant::now();
         let graph = Graph::build(plan, opts.io_threads)?;
         let (engine, physical) = fitting_engine(&graph, opts)?;
@@ -127,19 +145,103 @@ impl Job {
             })
             .collect();
         let PhysicalPlan { materials, stages } = physical;
+        let mut driver = Driver::new(engine, stages, arrays, resumed);
+        if opts.batched {
+            driver = driver.with_partials(partials_store(&work_root, opts)?);
+        }
         Ok(Job {
             name: graph.name.clone(),
             started,
-            driver: Driver::new(engine, stages, arrays, resumed),
+            driver,
             materials: materials.into_iter().map(|m| m.origin).collect(),
             groups,
             outputs,
             job,
             work_root,
             has_intermediates,
+            attached: false,
             _work: work,
             records: Vec::new(),
         })
+    }
+
+    /// Opens the job that [`Job::prepare`] prepared, with `opts.batched`, in another
+    /// process (or call) with the same plan and options, to run batches of its stages
+    /// ([`Job::run_batch`], [`Job::run_merge`]). It creates and erases nothing: a target or
+    /// intermediate that is not the job's unfinished output is an error. The preparing
+    /// process finishes the job.
+    pub fn attach(plan: &Plan, opts: &RunOptions) -> Result<Job> {
+        let started = Instant::now();
+        let graph = Graph::build(plan, opts.io_threads)?;
+        let (engine, physical) = fitting_engine(&graph, opts)?;
+        let fingerprint = job_fingerprint(&graph, &plan.groups);
+        let work_root = work_root(
+            opts.work_dir.as_deref(),
+            Some(&fingerprint),
+            &physical,
+            started,
+        );
+        let arrays = attach_materials(
+            &physical.materials,
+            opts.io_threads,
+            &work_root,
+            &fingerprint,
+        )?;
+        let resumed = vec![false; physical.materials.len()];
+        let PhysicalPlan { materials, stages } = physical;
+        let driver = Driver::new(engine, stages, arrays, resumed)
+            .with_partials(partials_store(&work_root, opts)?);
+        Ok(Job {
+            name: graph.name.clone(),
+            started,
+            driver,
+            materials: materials.into_iter().map(|m| m.origin).collect(),
+            groups: Vec::new(),
+            outputs: Vec::new(),
+            job: Some(fingerprint),
+            work_root,
+            has_intermediates: false,
+            attached: true,
+            _work: WorkDir(None),
+            records: Vec::new(),
+        })
+    }
+
+    /// The label of stage `at` (what it computes, for messages).
+    pub fn stage_label(&self, at: usize) -> Result<String> {
+        let stage = self.driver.stages().get(at).ok_or_else(|| {
+            crate::error::Error::new(
+                crate::error::ErrorKind::Value,
+                format!("no stage {at}: the plan has {} stages", self.stage_count()),
+            )
+        })?;
+        Ok(crate::exec::driver::stage_label(stage).to_string())
+    }
+
+    /// The tasks of stage `at` in order, each as (its part, its chunk reads): what
+    /// [`Job::run_batch`] takes ranges of.
+    pub fn task_layout(&self, at: usize) -> Result<Vec<(usize, usize)>> {
+        self.driver.task_layout(at)
+    }
+
+    /// Runs the tasks `tasks` of stage `at` (see [`Driver::run_batch`]); returns their record.
+    pub fn run_batch(&mut self, at: usize, tasks: Range<usize>) -> Result<StageRecord> {
+        let record = self.driver.run_batch(at, tasks)?;
+        self.records.push(record.clone());
+        Ok(record)
+    }
+
+    /// Merges the partial states the batches `batches` of reduce stage `at` left for its
+    /// output chunk `part` and writes the chunk (see [`Driver::run_merge`]).
+    pub fn run_merge(
+        &mut self,
+        at: usize,
+        part: usize,
+        batches: &[Range<usize>],
+    ) -> Result<StageRecord> {
+        let record = self.driver.run_merge(at, part, batches)?;
+        self.records.push(record.clone());
+        Ok(record)
     }
 
     /// How many stages the job has.
@@ -170,19 +272,34 @@ impl Job {
     /// Marks the targets and their groups complete, removes the work directory, and returns
     /// the summary of every stage run.
     pub fn finish(self) -> Result<RunSummary> {
+        if self.attached {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Value,
+                "an attached job runs batches only: the process that prepared it finishes it",
+            ));
+        }
         for (arr, origin) in self.driver.arrays().iter().zip(&self.materials) {
             if matches!(origin, MaterialOrigin::Target { .. }) {
                 arr.finish_job()?;
             }
         }
         job_groups::finish(&self.groups, &self.outputs)?;
-        if self.job.is_some() && self.has_intermediates {
+        if self.job.is_some() && (self.has_intermediates || self.work_root.exists()) {
             let _ = std::fs::remove_dir_all(&self.work_root);
         }
         let engine = self.driver.engine();
         engine.progress.finish();
         Ok(engine.summary(self.name, self.started, self.records, self.outputs))
     }
+}
+
+/// The store of the partial states of a job run in batches: in its work directory.
+fn partials_store(
+    work_root: &Path,
+    opts: &RunOptions,
+) -> Result<std::sync::Arc<dyn crate::store::Store>> {
+    let dir = work_root.join("partials");
+    open_store(&dir.display().to_string(), opts.io_threads)
 }
 
 /// Where a job's intermediates go: a directory named after the job and its physical plan

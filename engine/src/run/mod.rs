@@ -12,6 +12,7 @@ use crate::exec::driver::{open_materials, Driver};
 use crate::plan::graph::Graph;
 use crate::plan::Plan;
 
+mod batches;
 mod fit;
 mod floor;
 mod info;
@@ -23,6 +24,7 @@ pub use crate::exec::driver::{
     KeptChunks, RunOptions, RunSummary, StageKind, StageRecord, Strategy,
 };
 pub use crate::exec::memory::{default_max_mem, peak_rss};
+pub use batches::{cut_batches, BatchCut};
 pub use floor::{codec_floor, read_floor, CodecFloor};
 pub use info::{info, StoreInfo};
 pub use job::Job;

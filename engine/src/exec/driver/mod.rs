@@ -8,6 +8,7 @@
 //! ([`Driver::run_parts`]): tasks that may run apart from the stage's others, in another
 //! call or process.
 
+mod batches;
 mod engine;
 mod opening;
 mod options;
@@ -19,10 +20,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 pub use engine::{task_need, Engine};
-pub use opening::open_materials;
+pub use opening::{attach_materials, open_materials};
 pub use options::RunOptions;
 pub use record::{KeptChunks, RunSummary, Snapshot, StageKind, StageRecord, Strategy};
-pub use tasks::{banded_stage, stage_tasks, TaskLimits};
+pub use tasks::{banded_stage, stage_label, stage_tasks, window_tasks, TaskLimits};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::band_groups::BandGroup;
@@ -32,6 +33,7 @@ use crate::exec::ops::region::read::Arrays;
 use crate::exec::{resident, Task};
 use crate::kernels::device::Placement;
 use crate::physical::stage::Stage;
+use crate::store::Store;
 
 /// Runs (or explains) the stages of one physical plan.
 pub struct Driver {
@@ -45,6 +47,9 @@ pub struct Driver {
     caching: RefCell<Vec<(usize, usize)>>,
     /// Plan every choice, run nothing.
     explain: bool,
+    /// Where a stage run in batches leaves the partial states of reductions (see
+    /// [`Driver::run_batch`]).
+    partials: Option<Arc<dyn Store>>,
 }
 
 impl Driver {
@@ -57,7 +62,14 @@ impl Driver {
             resumed,
             caching: RefCell::default(),
             explain: false,
+            partials: None,
         }
+    }
+
+    /// The driver, with `store` for the partial states of reductions run in batches.
+    pub fn with_partials(mut self, store: Arc<dyn Store>) -> Self {
+        self.partials = Some(store);
+        self
     }
 
     /// A driver that makes every choice a run makes over `stand_ins` (materials opened by

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::error::{Result, ResultExt};
+use crate::error::{Error, Result, ResultExt};
 use crate::exec::held::Materials;
 use crate::exec::ops::region::read::Arrays;
 use crate::physical::material::{Material, MaterialOrigin};
 use crate::store::open_store;
+use crate::zarr::target::TargetState;
 use crate::zarr::ZarrArray;
 
 /// Opens every material: sources as they are, targets and intermediates created in their
@@ -73,4 +74,59 @@ pub fn open_materials(
         arrays.push(Arc::new(arr));
     }
     Ok((Arc::new(Materials::new(arrays)), resumed))
+}
+
+/// Opens the materials of job `job` that another process prepared (see [`open_materials`]),
+/// creating and erasing nothing: each target and intermediate must be the job's unfinished
+/// output (an error naming it otherwise: the job finished, or something replaced it), so a
+/// batch that runs late can never touch a finished result.
+pub fn attach_materials(
+    materials: &[Material],
+    io_threads: usize,
+    work_root: &std::path::Path,
+    job: &str,
+) -> Result<Arrays> {
+    let mut arrays = Vec::with_capacity(materials.len());
+    for (i, m) in materials.iter().enumerate() {
+        let (store, spec, attrs) = match &m.origin {
+            MaterialOrigin::Source(a) => {
+                arrays.push(a.clone());
+                continue;
+            }
+            MaterialOrigin::Target { url, spec, attrs } => {
+                (open_store(url, io_threads)?, spec, attrs.clone())
+            }
+            MaterialOrigin::Intermediate { spec } => {
+                let dir = work_root.join(format!("{i}.zarr"));
+                let store = open_store(&dir.display().to_string(), io_threads)?;
+                (store, spec, Default::default())
+            }
+        };
+        let arr = if spec.existing {
+            ZarrArray::create_with(store.clone(), spec, &attrs, None)
+        } else {
+            match TargetState::of(store.as_ref())? {
+                TargetState::Unfinished { job: j, .. } if j == job => {
+                    ZarrArray::open(store.clone())
+                }
+                state => Err(Error::store(
+                    store.url(),
+                    format!(
+                        "is not the unfinished output of job {job} ({state:?}): the job \
+                         finished or was replaced, so this batch writes nothing"
+                    ),
+                )),
+            }
+        }
+        .array_ctx(&m.name)?
+        .with_name(&m.name);
+        let arr = match &m.origin {
+            MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
+                arr.with_inner_reads()
+            }
+            _ => arr,
+        };
+        arrays.push(Arc::new(arr));
+    }
+    Ok(Arc::new(Materials::new(arrays)))
 }

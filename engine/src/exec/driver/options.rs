@@ -32,6 +32,10 @@ pub struct RunOptions {
     pub resume: bool,
     /// Where fused elementwise programs run (reductions, FFTs and codecs stay on the CPU).
     pub device: Device,
+    /// The job runs in batches, perhaps in other processes (see `run::Job::attach`): its
+    /// targets are marked and its work directory is named after the job whatever `resume`
+    /// says, so every process finds them, and it holds the reductions' partial states.
+    pub batched: bool,
 }
 
 impl Default for RunOptions {
@@ -46,6 +50,7 @@ impl Default for RunOptions {
             observe: None,
             resume: true,
             device: Device::Cpu,
+            batched: false,
         }
     }
 }

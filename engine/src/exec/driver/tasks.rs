@@ -7,6 +7,7 @@ use super::record::{StageKind, StageRecord};
 use crate::error::Result;
 use crate::exec::band_groups::{BandGroup, BlockBoxes};
 use crate::exec::held::Materials;
+use crate::exec::ops::reduce::partials::Window;
 use crate::exec::ops::region::read::Arrays;
 use crate::exec::ops::{compute, reduce, stream_copy};
 use crate::exec::{resident, Task};
@@ -169,13 +170,25 @@ pub fn stage_tasks(
     limits: TaskLimits,
     placement: &Placement,
 ) -> Result<Vec<Task>> {
+    Ok(window_tasks(stage, arrays, limits, placement, None)?.0)
+}
+
+/// The tasks of one stage in `window` (all without one; see [`Window`]), and how many the
+/// stage has in all; a window past them is an error naming how many there are.
+pub fn window_tasks(
+    stage: &Stage,
+    arrays: &Arrays,
+    limits: TaskLimits,
+    placement: &Placement,
+    window: Option<&Window>,
+) -> Result<(Vec<Task>, usize)> {
     let TaskLimits {
         batch_limit,
         task_share,
         task_budget,
         workers,
     } = limits;
-    match stage {
+    let tasks = match stage {
         Stage::Compute {
             input,
             out,
@@ -190,7 +203,8 @@ pub fn stage_tasks(
             batch_limit,
             workers,
             device_kernel(placement, input)?,
-        ),
+        )
+        .map(with_count),
         Stage::Stream {
             input,
             out,
@@ -206,7 +220,8 @@ pub fn stage_tasks(
             *stream_bytes,
             label,
             *batch_bytes,
-        ),
+        )
+        .map(with_count),
         Stage::Reduce {
             input,
             out,
@@ -229,7 +244,42 @@ pub fn stage_tasks(
             task_share,
             task_budget,
             workers,
+            window,
         ),
+    };
+    if matches!(stage, Stage::Reduce { .. }) {
+        return tasks;
+    }
+    let mut tasks = tasks?.0;
+    let total = tasks.len();
+    if let Some(w) = window {
+        if w.tasks.start > w.tasks.end || w.tasks.end > total {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Value,
+                format!(
+                    "{} has tasks 0..{total}; {:?} is not among them",
+                    stage_label(stage),
+                    w.tasks
+                ),
+            ));
+        }
+        tasks = tasks.drain(w.tasks.clone()).collect();
+    }
+    Ok((tasks, total))
+}
+
+/// Tasks that are all their stage has.
+fn with_count(tasks: Vec<Task>) -> (Vec<Task>, usize) {
+    let n = tasks.len();
+    (tasks, n)
+}
+
+/// A stage's label.
+pub fn stage_label(stage: &Stage) -> &str {
+    match stage {
+        Stage::Compute { label, .. }
+        | Stage::Stream { label, .. }
+        | Stage::Reduce { label, .. } => label,
     }
 }
 

@@ -18,6 +18,7 @@ mod finish;
 mod folds;
 mod logical;
 mod partials;
+mod state_bytes;
 mod sums;
 mod variance;
 

@@ -76,4 +76,7 @@ pub(super) struct OutputChunk {
     pub(super) encode_threads: usize,
     pub(super) merge: Mutex<Merge>,
     pub(super) count: u64,
+    /// Where the merged state of the groups goes, and its key, when the task list holds only
+    /// some of the chunk's groups (see [`super::partials`]); the chunk is written otherwise.
+    pub(super) sink: Option<(std::sync::Arc<dyn crate::store::Store>, String)>,
 }

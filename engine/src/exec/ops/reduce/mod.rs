@@ -5,6 +5,7 @@
 mod fold;
 mod grouping;
 mod merge;
+pub mod partials;
 mod processor;
 
 use std::collections::BTreeMap;
@@ -186,10 +187,12 @@ fn split_groups(reads: &[RegionRead], sizes: Vec<usize>) -> Vec<Vec<RegionRead>>
     }
 }
 
-/// The tasks of a reduce stage, for `workers` running them at once. `max_task_bytes` is the
-/// share of the budget one task may take to fold several pieces together; `budget` is what
-/// the stage's tasks may reserve in all, which each must fit together with the partial
-/// results of other groups it waits beside (see [`fit_groups`]).
+/// The tasks of a reduce stage, for `workers` running them at once, and how many the stage
+/// has: all of them, or those in `window` (an output chunk whose groups the window cuts
+/// leaves its partial state, see [`partials`]). `max_task_bytes` is the share of the budget
+/// one task may take to fold several pieces together; `budget` is what the stage's tasks may
+/// reserve in all, which each must fit together with the partial results of other groups it
+/// waits beside (see [`fit_groups`]).
 #[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
@@ -200,7 +203,8 @@ pub fn tasks(
     max_task_bytes: u64,
     budget: u64,
     workers: usize,
-) -> Result<Vec<Task>> {
+    window: Option<&partials::Window>,
+) -> Result<(Vec<Task>, usize)> {
     let params = Arc::new(params);
     let in_shape = fused.shape.clone();
     let count: u64 = params.axes.iter().map(|&a| in_shape[a]).product();
@@ -232,6 +236,8 @@ pub fn tasks(
         budget,
         workers,
     };
+    // The stage's index of the next output chunk's first group.
+    let mut first = 0;
     for (part, (idx, out_region, chunk_input, regions)) in chunk_pieces.into_iter().enumerate() {
         later -= regions.len();
         let reads: Vec<RegionRead> = regions
@@ -246,18 +252,36 @@ pub fn tasks(
             acc_bytes,
         } = sizing.size(&reads, &out_region, later);
         let groups = split_groups(&reads, sizes);
+        let chunk_tasks = first..first + groups.len();
+        first = chunk_tasks.end;
+        // The groups the window holds, and where their state goes when that is not all.
+        let (held, sink) = match window {
+            None => (0..groups.len(), None),
+            Some(w) => match partials::cuts(&chunk_tasks, std::slice::from_ref(&w.tasks)).pop() {
+                None => continue,
+                Some(g) if g.len() == groups.len() => (g, None),
+                Some(g) => {
+                    let key = w.sink.key(&idx, &g);
+                    (g, Some((w.sink.store.clone(), key)))
+                }
+            },
+        };
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
             encode_threads: if output_chunks == 1 { workers } else { 1 },
             merge: Mutex::new(Merge {
-                groups: groups.len(),
+                groups: held.len(),
                 next: 0,
                 merged: None,
                 waiting: BTreeMap::new(),
             }),
             count,
+            sink,
         });
-        for (g, group) in groups.into_iter().enumerate() {
+        let skip = held.start;
+        for (g, group) in groups.into_iter().enumerate().skip(skip).take(held.len()) {
+            // Groups merge in order from the first the task list holds.
+            let g = g - skip;
             let batches = group
                 .iter()
                 .map(|r| r.read_ops(&arrays))
@@ -292,7 +316,18 @@ pub fn tasks(
             });
         }
     }
-    Ok(tasks)
+    if let Some(w) = window {
+        if w.tasks.start > w.tasks.end || w.tasks.end > first {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Value,
+                format!(
+                    "{label} has tasks 0..{first}; {:?} is not among them",
+                    w.tasks
+                ),
+            ));
+        }
+    }
+    Ok((tasks, first))
 }
 
 #[cfg(test)]

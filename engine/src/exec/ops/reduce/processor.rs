@@ -114,6 +114,13 @@ impl Processor for ReduceProcessor {
             return Err(Error::internal("reduction finished without a result"));
         };
         drop(guard);
+        if let Some((store, key)) = &shared.sink {
+            return Ok(vec![WriteOp::whole(
+                store.clone(),
+                key.clone(),
+                Some(acc.to_bytes()),
+            )]);
+        }
         let values = acc.finish(self.out.dtype(), shared.count, self.params.ddof)?;
         let encoded = self
             .out

@@ -1,0 +1,143 @@
+//! A stage run in batches: ranges of its tasks, each run apart (in another call or process),
+//! and the merges of the reductions' output chunks the batches cut (see
+//! `exec::ops::reduce::partials`).
+
+use std::ops::Range;
+
+use super::{task_need, window_tasks, Driver, StageRecord};
+use crate::error::{Error, ErrorKind, Result, ResultExt};
+use crate::exec::driver::stage_tasks;
+use crate::exec::ops::reduce::{
+    self,
+    partials::{self, PartialSink, Window},
+};
+use crate::kernels::device::Placement;
+use crate::physical::stage::Stage;
+
+impl Driver {
+    /// Runs the tasks `tasks` (indices in the stage's task order) of stage `at`, each reading
+    /// its own chunks; returns the record of what ran. Output chunks of a reduction whose
+    /// groups the range cuts are not written: the merged state of the groups it holds goes to
+    /// the partials store, for [`Driver::run_merge`]. Running a range twice writes the same
+    /// values.
+    pub fn run_batch(&mut self, at: usize, tasks: Range<usize>) -> Result<StageRecord> {
+        let stages = self.stage(at)?;
+        let stage = &stages[at];
+        let (before, mut record) = self.start(at, stage);
+        let window = Window {
+            tasks,
+            sink: self.partial_sink(at)?,
+        };
+        let (tasks, _) = window_tasks(
+            stage,
+            &self.arrays,
+            self.limits(),
+            &self.engine.placement,
+            Some(&window),
+        )?;
+        let parts: std::collections::BTreeSet<usize> = tasks.iter().map(|t| t.part).collect();
+        record.parts = parts.len() as u64;
+        record.tasks += tasks.len() as u64;
+        record.largest_task_bytes = tasks.iter().map(task_need).max().unwrap_or(0);
+        let result = match self.explain {
+            true => Ok(()),
+            false => {
+                self.engine.progress.add_tasks(tasks.len() as u64);
+                self.engine.scheduler.run(tasks)
+            }
+        };
+        self.end(stage, before, record, result)
+    }
+
+    /// The tasks of stage `at` in order: for each, its part and how many chunk reads it
+    /// makes (a measure of its work), for cutting the stage into batches.
+    pub fn task_layout(&self, at: usize) -> Result<Vec<(usize, usize)>> {
+        let stages = self.stage(at)?;
+        let tasks = stage_tasks(&stages[at], &self.arrays, self.limits(), &Placement::Cpu)?;
+        Ok(tasks
+            .iter()
+            .map(|t| (t.part, t.batches.iter().map(Vec::len).sum::<usize>().max(1)))
+            .collect())
+    }
+
+    /// Merges the partial states that the batches `batches` (task ranges of stage `at`, a
+    /// reduction) left for output chunk `part`, in batch order, and writes the chunk.
+    pub fn run_merge(
+        &mut self,
+        at: usize,
+        part: usize,
+        batches: &[Range<usize>],
+    ) -> Result<StageRecord> {
+        let stages = self.stage(at)?;
+        let stage = &stages[at];
+        let Stage::Reduce {
+            input,
+            out,
+            func,
+            axes,
+            keepdims,
+            ddof,
+            ..
+        } = stage
+        else {
+            return Err(Error::new(
+                ErrorKind::Value,
+                format!("stage {at} is not a reduction: it has no partial states to merge"),
+            ));
+        };
+        let (before, mut record) = self.start(at, stage);
+        let layout = self.task_layout(at)?;
+        let chunk_tasks = match layout.iter().position(|&(p, _)| p == part) {
+            Some(first) => first..first + layout.iter().filter(|&&(p, _)| p == part).count(),
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Value,
+                    format!("stage {at} ({}) has no part {part}", record.label),
+                ))
+            }
+        };
+        let cuts = partials::cuts(&chunk_tasks, batches);
+        let out = self.arrays[*out].clone();
+        let idx = out
+            .grid()
+            .chunk_indices()
+            .into_iter()
+            .nth(part)
+            .ok_or_else(|| Error::internal("a reduction part without its output chunk"))?;
+        let params = reduce::ReduceParams {
+            func: *func,
+            axes: axes.clone(),
+            keepdims: *keepdims,
+            ddof: *ddof,
+        };
+        let count = axes.iter().map(|&a| input.shape[a]).product();
+        let sink = self.partial_sink(at)?;
+        let threads = self.engine.workers();
+        let result = (|| {
+            let encoded = partials::merge_chunk(&out, &params, count, &idx, &sink, &cuts, threads)?;
+            let key = out.chunk_key(&idx);
+            match encoded {
+                Some(bytes) => out.store().set(&key, bytes),
+                None => out.store().erase(&key),
+            }
+            .chunk_ctx(&key)
+        })();
+        record.parts = 1;
+        record.tasks = 1;
+        self.end(stage, before, record, result)
+    }
+
+    /// Where stage `at` leaves partial states.
+    fn partial_sink(&self, at: usize) -> Result<PartialSink> {
+        let store = self.partials.clone().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Value,
+                "a stage runs in batches only in a job with a work directory",
+            )
+        })?;
+        Ok(PartialSink {
+            store,
+            prefix: format!("stage-{at}"),
+        })
+    }
+}

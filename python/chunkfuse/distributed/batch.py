@@ -1,0 +1,155 @@
+"""The unit of remote work: one batch of one stage's tasks, run by `run_batch` in whatever
+process the runtime picks. A batch is a pure function of its `BatchSpec`; running it twice
+writes the same chunks (retries and backup tasks are safe)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import chunkfuse._engine as _engine
+
+
+class BatchFailed(RuntimeError):
+    """A batch failed: the message names the job, stage, batch and tasks, then the engine's
+    error (with its array, chunk key and store)."""
+
+
+@dataclass(frozen=True)
+class JobKey:
+    """What identifies a job to the processes that run its batches: the plan and the options
+    that shape its physical plan (the budget and threads) and where its work directory is."""
+
+    plan: str
+    params: tuple[tuple[str, str], ...]
+    max_mem: int
+    threads: int
+    work_dir: str
+    device: str = "cpu"
+
+    def attach(self) -> Any:
+        return _engine.Job.attach(
+            self.plan,
+            dict(self.params),
+            self.max_mem,
+            self.threads,
+            self.work_dir,
+            self.device,
+        )
+
+    def prepare(self) -> Any:
+        return _engine.Job.prepare(
+            self.plan,
+            dict(self.params),
+            self.max_mem,
+            self.threads,
+            self.work_dir,
+            self.device,
+        )
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """One batch: tasks `start..end` of stage `stage` of the job `job` (`merge` set: the
+    merge of reduction output chunk `merge` from the partial states the stage's `cut` left)."""
+
+    job: JobKey
+    name: str
+    stage: int
+    index: int
+    count: int
+    start: int
+    end: int
+    label: str = ""
+    merge: int | None = None
+    cut: tuple[tuple[int, int], ...] = ()
+
+    def describe(self) -> str:
+        what = (
+            f"merge of output chunk {self.merge}"
+            if self.merge is not None
+            else f"batch {self.index} of {self.count} (tasks {self.start}..{self.end})"
+        )
+        return f"job {self.name}: stage {self.stage} ({self.label}), {what}"
+
+
+# Jobs this process attached and is not using, per job, most recently used last: a worker
+# attaches once per job (and once more per batch it runs at the same time), not once per
+# batch. Only the process that attached a job uses it: a forked child attaches its own.
+_IDLE: OrderedDict[JobKey, list[Any]] = OrderedDict()
+_IDLE_PID = os.getpid()
+_LOCK = threading.Lock()
+_KEEP_JOBS = 4
+
+
+@contextmanager
+def _attached(key: JobKey) -> Iterator[Any]:
+    global _IDLE_PID
+    job = None
+    with _LOCK:
+        if _IDLE_PID != os.getpid():
+            _IDLE.clear()
+            _IDLE_PID = os.getpid()
+        idle = _IDLE.get(key)
+        if idle:
+            job = idle.pop()
+    if job is None:
+        job = key.attach()
+    yield job
+    with _LOCK:
+        _IDLE.setdefault(key, []).append(job)
+        _IDLE.move_to_end(key)
+        while len(_IDLE) > _KEEP_JOBS:
+            _IDLE.popitem(last=False)
+
+
+def forget_jobs() -> None:
+    """Drops the jobs this process attached (their work is done)."""
+    with _LOCK:
+        _IDLE.clear()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far, in bytes (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def run_batch(spec: BatchSpec) -> dict[str, Any]:
+    """Runs one batch in this process; returns its summary: the stage record's counts plus
+    `seconds`, `peak_rss` (this process's peak so far, bytes), `pid` and `host`. A failure
+    raises `BatchFailed` naming the job, stage, batch and tasks, with the engine's error."""
+    started = time.perf_counter()
+    try:
+        with _attached(spec.job) as job:
+            if spec.merge is None:
+                record = job.run_batch(spec.stage, spec.start, spec.end)
+            else:
+                record = job.run_merge(spec.stage, spec.merge, list(spec.cut))
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        raise BatchFailed(f"{spec.describe()}: {type(e).__name__}: {e}") from e
+    out: dict[str, Any] = json.loads(record)
+    return {
+        "stage": spec.stage,
+        "batch": spec.index,
+        "merge": spec.merge,
+        "tasks": out.get("tasks", 0),
+        "bytes_read": out.get("bytes_read", 0),
+        "decoded_bytes": out.get("decoded_bytes", 0),
+        "bytes_written": out.get("bytes_written", 0),
+        "largest_task_bytes": out.get("largest_task_bytes", 0),
+        "seconds": time.perf_counter() - started,
+        "peak_rss": peak_rss_bytes(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }

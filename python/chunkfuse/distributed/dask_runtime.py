@@ -1,0 +1,165 @@
+"""dask.distributed as a runtime: batches are `client.map` tasks on the cluster's workers,
+with Dask's retries and backup copies of stragglers."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from chunkfuse.distributed.runtime import WorkerShape
+
+Item = TypeVar("Item")
+Out = TypeVar("Out")
+
+
+class LostCluster(RuntimeError):
+    """The client lost its scheduler (or was closed) while batches ran."""
+
+
+class DaskRuntime:
+    """Runs batches on a `distributed.Client`'s workers.
+
+    `retries`: Dask reruns a batch whose worker died or that raised, this many times.
+    `backups`: once half of a round's batches are done, a batch running longer than three
+    times the median of those done gets a copy on another worker; the first to finish wins
+    (batches are idempotent). `batch_threads`: the engine's compute threads per batch
+    (default 1: each Dask thread runs one single-threaded batch, so the engine uses as many
+    threads as the worker has).
+    """
+
+    name = "dask"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        retries: int = 2,
+        backups: bool = True,
+        batch_threads: int = 1,
+    ) -> None:
+        self.client = client
+        self.retries = retries
+        self.backups = backups
+        self.batch_threads = batch_threads
+
+    def shape(self) -> WorkerShape:
+        try:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        except TypeError:  # older distributed: no n_workers argument
+            workers = self.client.scheduler_info()["workers"]
+        except Exception as e:
+            raise LostCluster(f"dask: cannot reach the scheduler: {e}") from e
+        if not workers:
+            raise RuntimeError("dask: the cluster has no workers")
+        threads = min(int(w.get("nthreads", 1)) for w in workers.values())
+        limits = [int(w["memory_limit"]) for w in workers.values() if w.get("memory_limit")]
+        # Per thread, the smallest worker's memory decides.
+        smallest = min(
+            workers.values(),
+            key=lambda w: (w.get("memory_limit") or 1 << 62) / max(int(w.get("nthreads", 1)), 1),
+        )
+        limit = int(smallest["memory_limit"]) if limits and smallest.get("memory_limit") else None
+        return WorkerShape(
+            workers=len(workers),
+            threads=max(threads, 1),
+            memory_limit=limit,
+            batch_threads=self.batch_threads,
+        )
+
+    def map(
+        self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str
+    ) -> Iterator[Out]:
+        from distributed import as_completed
+
+        if not items:
+            return
+        run = uuid.uuid4().hex[:8]
+        keys = [f"{label}-{i}-{run}" for i in range(len(items))]
+        try:
+            futures = self.client.map(fn, list(items), key=keys, pure=False, retries=self.retries)
+        except Exception as e:
+            raise LostCluster(f"dask: cannot submit {label}: {e}") from e
+        index = {f.key: i for i, f in enumerate(futures)}
+        started = {i: time.monotonic() for i in range(len(items))}
+        durations: list[float] = []
+        finished: set[int] = set()
+        backed_up: set[int] = set()
+        pending = as_completed(futures, with_results=False)
+        try:
+            while len(finished) < len(items):
+                future = self._next(pending)
+                if future is None:
+                    self._back_up(fn, items, keys, started, durations, finished, backed_up, pending, index)
+                    continue
+                i = index[future.key]
+                if i in finished:
+                    continue
+                result = self._result(future, label)
+                finished.add(i)
+                durations.append(time.monotonic() - started[i])
+                yield result
+        finally:
+            for f in futures:
+                if f.status == "pending":
+                    f.cancel()
+
+    def _next(self, pending: Any) -> Any:
+        """The next finished future, or None after a second without one."""
+        try:
+            return next(pending) if not self.backups else self._wait(pending)
+        except StopIteration:
+            raise LostCluster("dask: every batch future ended without a result") from None
+
+    @staticmethod
+    def _wait(pending: Any) -> Any:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            if pending.has_ready():
+                return next(pending)
+            if pending.is_empty():
+                raise StopIteration
+            time.sleep(0.01)
+        return None
+
+    def _result(self, future: Any, label: str) -> Any:
+        if future.status == "error":
+            raise future.exception()
+        if future.status == "cancelled":
+            raise LostCluster(
+                f"dask: a batch of {label} was cancelled: the client lost its scheduler or was "
+                "closed"
+            )
+        try:
+            return future.result()
+        except Exception as e:
+            if self.client.status not in ("running", "connecting"):
+                raise LostCluster(f"dask: the client is {self.client.status} while {label} ran") from e
+            raise
+
+    def _back_up(
+        self,
+        fn: Callable[[Any], Any],
+        items: Sequence[Any],
+        keys: list[str],
+        started: dict[int, float],
+        durations: list[float],
+        finished: set[int],
+        backed_up: set[int],
+        pending: Any,
+        index: dict[str, int],
+    ) -> None:
+        """Submits a copy of each straggler (see the class doc)."""
+        if not self.backups or len(items) < 4 or len(finished) * 2 < len(items) or not durations:
+            return
+        limit = 3 * statistics.median(durations)
+        now = time.monotonic()
+        for i in range(len(items)):
+            if i in finished or i in backed_up or now - started[i] <= limit:
+                continue
+            copy = self.client.submit(fn, items[i], key=f"{keys[i]}-backup", pure=False, retries=self.retries)
+            index[copy.key] = i
+            pending.add(copy)
+            backed_up.add(i)
