@@ -187,7 +187,9 @@ fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
         }
     }
     assert!(merged > 0, "no output chunk was split");
-    job.finish().unwrap();
+    // Any process may finish the job once its batches have run: here an attached one.
+    drop(job);
+    Job::attach(&plan, &opts).unwrap().finish().unwrap();
     assert_close(&chunks_of(&target), &chunks_of(&whole));
     // The job is finished: a late batch attaches to nothing and writes nothing.
     let err = Job::attach(&plan, &opts).err().unwrap().to_string();
@@ -211,9 +213,4 @@ fn batches_out_of_range_and_merges_without_states_are_refused() {
     let err = worker.run_merge(0, 0, &halves).unwrap_err().to_string();
     assert!(err.contains("partial state of groups 0..1"), "{err}");
     assert!(err.contains("missing"), "{err}");
-    let err = worker.finish().err().unwrap().to_string();
-    assert!(
-        err.contains("the process that prepared it finishes it"),
-        "{err}"
-    );
 }

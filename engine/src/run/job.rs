@@ -24,7 +24,23 @@ struct WorkDir(Option<PathBuf>);
 impl Drop for WorkDir {
     fn drop(&mut self) {
         if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_dir_all(p);
+            remove_work_root(&p);
+        }
+    }
+}
+
+/// Removes a work directory: a local one, or everything under a URL's prefix (a work
+/// directory on object storage, which all the processes of a job run in batches see).
+fn remove_work_root(root: &Path) {
+    let url = root.display().to_string();
+    match url.split_once("://") {
+        Some((scheme, _)) if scheme != "file" => {
+            if let Ok(store) = open_store(&url, 8) {
+                let _ = store.erase_prefix("");
+            }
+        }
+        _ => {
+            let _ = std::fs::remove_dir_all(url.strip_prefix("file://").unwrap_or(&url));
         }
     }
 }
@@ -87,8 +103,6 @@ pub struct Job {
     job: Option<String>,
     work_root: PathBuf,
     has_intermediates: bool,
-    /// Opened by [`Job::attach`]: it runs batches, another process finishes it.
-    attached: bool,
     /// Removes a non-resumable run's work directory when the job is dropped.
     _work: WorkDir,
     records: Vec<StageRecord>,
@@ -159,7 +173,6 @@ impl Job {
             job,
             work_root,
             has_intermediates,
-            attached: false,
             _work: work,
             records: Vec::new(),
         })
@@ -167,9 +180,9 @@ impl Job {
 
     /// Opens the job that [`Job::prepare`] prepared, with `opts.batched`, in another
     /// process (or call) with the same plan and options, to run batches of its stages
-    /// ([`Job::run_batch`], [`Job::run_merge`]). It creates and erases nothing: a target or
-    /// intermediate that is not the job's unfinished output is an error. The preparing
-    /// process finishes the job.
+    /// ([`Job::run_batch`], [`Job::run_merge`]) or to finish it once they have all run. It
+    /// creates and erases nothing: a target or intermediate that is not the job's unfinished
+    /// output is an error.
     pub fn attach(plan: &Plan, opts: &RunOptions) -> Result<Job> {
         let started = Instant::now();
         let graph = Graph::build(plan, opts.io_threads)?;
@@ -187,6 +200,16 @@ impl Job {
             &work_root,
             &fingerprint,
         )?;
+        // The groups, to complete them when this process finishes the job.
+        let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
+        let outputs = physical
+            .materials
+            .iter()
+            .filter_map(|m| match &m.origin {
+                MaterialOrigin::Target { url, .. } => Some(url.clone()),
+                _ => None,
+            })
+            .collect();
         let resumed = vec![false; physical.materials.len()];
         let PhysicalPlan { materials, stages } = physical;
         let driver = Driver::new(engine, stages, arrays, resumed)
@@ -196,12 +219,11 @@ impl Job {
             started,
             driver,
             materials: materials.into_iter().map(|m| m.origin).collect(),
-            groups: Vec::new(),
-            outputs: Vec::new(),
+            groups,
+            outputs,
             job: Some(fingerprint),
             work_root,
             has_intermediates: false,
-            attached: true,
             _work: WorkDir(None),
             records: Vec::new(),
         })
@@ -272,24 +294,25 @@ impl Job {
     /// Marks the targets and their groups complete, removes the work directory, and returns
     /// the summary of every stage run.
     pub fn finish(self) -> Result<RunSummary> {
-        if self.attached {
-            return Err(crate::error::Error::new(
-                crate::error::ErrorKind::Value,
-                "an attached job runs batches only: the process that prepared it finishes it",
-            ));
-        }
         for (arr, origin) in self.driver.arrays().iter().zip(&self.materials) {
             if matches!(origin, MaterialOrigin::Target { .. }) {
                 arr.finish_job()?;
             }
         }
         job_groups::finish(&self.groups, &self.outputs)?;
-        if self.job.is_some() && (self.has_intermediates || self.work_root.exists()) {
-            let _ = std::fs::remove_dir_all(&self.work_root);
+        if self.job.is_some() && (self.has_intermediates || self.attached_by_others()) {
+            remove_work_root(&self.work_root);
         }
         let engine = self.driver.engine();
         engine.progress.finish();
         Ok(engine.summary(self.name, self.started, self.records, self.outputs))
+    }
+}
+
+impl Job {
+    /// Whether other processes may have written to the work directory (partial states).
+    fn attached_by_others(&self) -> bool {
+        self.driver.runs_in_batches()
     }
 }
 

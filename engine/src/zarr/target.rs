@@ -239,6 +239,37 @@ impl ZarrArray {
         ))
     }
 
+    /// Opens the target of job `job` that another process created with
+    /// [`open_target`](Self::open_target), writing nothing: it must be the job's unfinished
+    /// output (an error naming what is there otherwise). [`finish_job`](Self::finish_job)
+    /// completes it as it would the creator's.
+    pub fn attach_target(
+        store: Arc<dyn Store>,
+        spec: &ArraySpec,
+        attrs: &ArrayAttrs,
+        job: &str,
+    ) -> Result<Self> {
+        let url = store.url().to_string();
+        match TargetState::of(store.as_ref())? {
+            TargetState::Unfinished { job: j, .. } if j == job => {}
+            state => {
+                return Err(Error::store(
+                    &url,
+                    format!(
+                        "is not the unfinished output of job {job} ({state:?}): the job \
+                         finished or was replaced, so this batch writes nothing"
+                    ),
+                ))
+            }
+        }
+        let marker = attrs::job_marker(job);
+        let docs = create::metadata_documents(spec, attrs, Some(&marker))
+            .map_err(|e| e.with_store(&url))?;
+        let array = Self::open(store)?;
+        array.keep_finished_docs(spec, attrs, &docs)?;
+        Ok(array)
+    }
+
     /// Removes the unfinished-job marker from the attributes of an array that
     /// [`open_target`](Self::open_target) marked: the array is complete. (Arrays it did not
     /// mark, such as `existing` ones, are left as they are.)

@@ -10,6 +10,7 @@ import networkx as nx
 import psutil
 from cubed.spec import Spec
 
+from chunkfuse.distributed.coordinator import ClusterTooSmall, batch_budget
 from chunkfuse.sizes import budget_bytes
 
 log = logging.getLogger("chunkfuse.cubed")
@@ -77,3 +78,22 @@ def engine_call(budget: Budget, call: Any) -> Any:
             raise
         log.info("a task needs more than %d bytes; planning with %d", budget.budget, budget.ceiling)
         return call(budget.ceiling)
+
+
+def batch_budget_of(spec: Spec | None, max_mem: Any, runtime: Any) -> Budget:
+    """The budget of each batch a runtime runs: `max_mem` when given (never raised), else one
+    Cubed task's allowance (`allowed_mem − reserved_mem`), which Cubed's own executors give
+    each task on a worker. Refused (ValueError) before anything runs when the runtime's
+    workers cannot hold it."""
+    explicit = budget_bytes(max_mem, "RustExecutor: max_mem")
+    if explicit is None:
+        allowed = budget_bytes(getattr(spec, "allowed_mem", None), "allowed_mem")
+        reserved = budget_bytes(getattr(spec, "reserved_mem", None) or None, "reserved_mem") or 0
+        wanted = max((allowed or DEFAULT_ALLOWED_MEM) - reserved, MIN_ENGINE_BUDGET // 4)
+    else:
+        wanted = explicit
+    try:
+        budget = batch_budget(wanted, runtime.shape(), runtime)
+    except ClusterTooSmall as e:
+        raise ValueError(f"RustExecutor: {e}") from e
+    return Budget(budget, budget, explicit=explicit is not None)

@@ -20,11 +20,13 @@ from cubed.storage.zarr import LazyZarrArray
 
 import chunkfuse.iomode as iomode
 from chunkfuse.common.explanation import Explanation
-from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
+from chunkfuse.cubed.budget import Budget, batch_budget_of, engine_budget, engine_call
 from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.explain import explain_arrays
 from chunkfuse.cubed.python_ops import create_array, create_arrays, run_python_op
 from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, op_outputs, translate
+from chunkfuse.distributed.coordinator import run_distributed
+from chunkfuse.distributed.runtime import Runtime, describe
 from chunkfuse.engine_calls import device_info, run_plan
 
 log = logging.getLogger("chunkfuse.cubed")
@@ -47,8 +49,15 @@ class ExecutionStats:
     gpu_blocks: int = 0
     arrays_written: int = 0
     max_mem: int = 0
-    #: The stages of the engine's runs, in order, as their summaries record them.
+    #: The stages of the engine's runs, in order, as their summaries record them (with a
+    #: `runtime`: each stage's label, tasks, batches, merges and seconds).
     stages: list[dict[str, Any]] = field(default_factory=list)
+    #: Where the engine's runs ran: "local", or the runtime's name ("dask", "lithops").
+    runtime: str = "local"
+    #: Batches the runtime ran (merges of split reductions included), and the peak RSS each
+    #: worker process reported, by (host, pid).
+    batches: int = 0
+    worker_peak_rss: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 class RustExecutor(DagExecutor):
@@ -61,7 +70,12 @@ class RustExecutor(DagExecutor):
     elementwise programs run: `"cpu"`, the default; `"cuda"`, an NVIDIA GPU, an error naming
     why when none can be used; `"auto"`, the GPU when present; reductions, FFTs and codecs run
     on the CPU),
-    `io` (how local files are read: `"auto"`, `"uring"` or `"pread"`; see `chunkfuse.set_io`).
+    `io` (how local files are read: `"auto"`, `"uring"` or `"pread"`; see `chunkfuse.set_io`),
+    `runtime` (run the engine's work as batches on a cluster: a `chunkfuse.distributed`
+    runtime such as `DaskRuntime(client)` or `LithopsRuntime(...)`; each batch's budget is
+    `max_mem` or else Cubed's `allowed_mem − reserved_mem`, refused before anything runs when
+    the workers cannot hold it; the spec's `work_dir` must be storage every worker sees, see
+    docs/distributed.md).
 
     Without `max_mem` the budget follows Cubed's memory model: `max_workers` times the largest
     `projected_mem − reserved_mem` of the plan's ops (what Cubed's own executors let run at
@@ -105,14 +119,23 @@ class RustExecutor(DagExecutor):
         workers = int(options.get("max_workers") or os.cpu_count() or 1)
         if workers < 1:
             raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
-        max_mem = engine_budget(spec, workers, options.get("max_mem"), dag)
+        runtime = options.get("runtime")
+        max_mem = (
+            engine_budget(spec, workers, options.get("max_mem"), dag)
+            if runtime is None
+            else batch_budget_of(spec, options.get("max_mem"), runtime)
+        )
         stats = ExecutionStats(max_mem=max_mem.budget)
+        if runtime is not None:
+            stats.runtime = describe(runtime)
         self.last_stats = stats
         work_dir = getattr(spec, "work_dir", None) if spec is not None else None
         stage_dir = tempfile.mkdtemp(prefix="chunkfuse-", dir=_local_dir(work_dir))
         try:
             t = translate(dag, stage_dir, _requested_arrays())
-            _Run(t, dag, callbacks, workers, max_mem, stats, stage_dir, device).execute()
+            run = _Run(t, dag, callbacks, workers, max_mem, stats, stage_dir, device)
+            run.runtime = runtime
+            run.execute()
         finally:
             shutil.rmtree(stage_dir, ignore_errors=True)
 
@@ -167,6 +190,8 @@ class _Run:
         self.work_dir = work_dir
         self.pending: list[tuple[str, dict[str, Any]]] = []
         self.later = t.arrays_created_later(dag)
+        #: Runs the engine's work as batches on a cluster when set.
+        self.runtime: Runtime | None = None
 
     def execute(self) -> None:
         for name, node in self.t.ops:
@@ -222,15 +247,8 @@ class _Run:
             try:
                 summary = engine_call(
                     self.max_mem,
-                    lambda budget: run_plan(
-                        plan,
-                        max_mem=budget,
-                        threads=self.workers,
-                        work_dir=self.work_dir,
-                        progress=progress if self.callbacks else None,
-                        # Cubed reruns whole computations itself; its arrays carry no markers.
-                        resume=False,
-                        device=self.device,
+                    lambda budget: self._engine_run(
+                        plan, budget, progress if self.callbacks else None
                     ),
                 )
             except MemoryError as e:
@@ -251,6 +269,34 @@ class _Run:
             self.stats.native_ops.append(name)
             self.stats.native_tasks += node["primitive_op"].num_tasks
             handle_operation_end_callbacks(self.callbacks, name)
+
+    def _engine_run(
+        self, plan: str, budget: int, progress: TaskProgress | None
+    ) -> dict[str, Any]:
+        """Runs an engine plan here, or as batches on the runtime; returns its summary."""
+        if self.runtime is None:
+            return run_plan(
+                plan,
+                max_mem=budget,
+                threads=self.workers,
+                work_dir=self.work_dir,
+                progress=progress,
+                # Cubed reruns whole computations itself; its arrays carry no markers.
+                resume=False,
+                device=self.device,
+            )
+        run = run_distributed(
+            plan,
+            runtime=self.runtime,
+            work_dir=self.work_dir,
+            max_mem=budget,
+            device=self.device,
+            progress=progress,
+        )
+        self.stats.batches += len(run.batches)
+        for worker, peak in run.peak_rss().items():
+            self.stats.worker_peak_rss[worker] = max(self.stats.worker_peak_rss.get(worker, 0), peak)
+        return {**run.summary, "stages": run.stages}
 
     def _run_in_python(self, ops: list[tuple[str, dict[str, Any]]], reason: str) -> None:
         log.info("running %d ops in Python: %s", len(ops), reason)

@@ -145,13 +145,21 @@ class NativeSelection:
     covered: set[Hashable]
 
 
-def select_native(graph: Mapping[Hashable, Any], wanted: set[Hashable]) -> NativeSelection | None:
-    """What of `graph` the engine computes for the keys `wanted`; None when nothing."""
+def select_native(
+    graph: Mapping[Hashable, Any], wanted: set[Hashable], *, mixed: bool = True
+) -> NativeSelection | None:
+    """What of `graph` the engine computes for the keys `wanted`; None when nothing.
+    `mixed=False` leaves fused tasks whose first steps only are native to Python whole (their
+    steps' values cannot be handed to them before the engine has run)."""
     if not has_zarr_arrays(graph):
         return None
     interp = Interpreter()
     symbols = symbols_of(graph, interp)
     _demote_partial_stores(graph, symbols, interp)
+    if not mixed:
+        for k in interp.mixed:
+            interp.reasons.setdefault(k, "a fused task whose first steps only are native")
+        interp.mixed.clear()
     if not interp.mixed and not any(
         isinstance(s, Blk | Red | Store | Stored) for s in symbols.values()
     ):

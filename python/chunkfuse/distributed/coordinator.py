@@ -43,6 +43,10 @@ class DistributedRun:
         return peaks
 
 
+class ClusterTooSmall(MemoryError):
+    """A batch's budget is more than a runtime's workers offer one batch."""
+
+
 def batch_budget(max_mem: int | str | None, shape: WorkerShape, runtime: Runtime) -> int:
     """The budget of one batch: `max_mem`, or what the smallest worker offers a batch. A
     budget larger than that is refused before anything runs."""
@@ -52,7 +56,7 @@ def batch_budget(max_mem: int | str | None, shape: WorkerShape, runtime: Runtime
     budget = budget_bytes(max_mem, "max_mem")
     assert budget is not None
     if offered is not None and budget > offered:
-        raise MemoryError(
+        raise ClusterTooSmall(
             f"{describe(runtime)}: a batch's budget of {budget} bytes does not fit its workers: "
             f"the smallest has a memory limit of {shape.memory_limit} bytes for "
             f"{shape.threads} thread(s), of which batches may use "

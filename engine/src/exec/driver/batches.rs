@@ -15,6 +15,11 @@ use crate::kernels::device::Placement;
 use crate::physical::stage::Stage;
 
 impl Driver {
+    /// Whether the driver has a store for partial states: its stages may run in batches.
+    pub fn runs_in_batches(&self) -> bool {
+        self.partials.is_some()
+    }
+
     /// Runs the tasks `tasks` (indices in the stage's task order) of stage `at`, each reading
     /// its own chunks; returns the record of what ran. Output chunks of a reduction whose
     /// groups the range cuts are not written: the merged state of the groups it holds goes to

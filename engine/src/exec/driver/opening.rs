@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result, ResultExt};
+use crate::error::{Result, ResultExt};
 use crate::exec::held::Materials;
 use crate::exec::ops::region::read::Arrays;
 use crate::physical::material::{Material, MaterialOrigin};
 use crate::store::open_store;
-use crate::zarr::target::TargetState;
 use crate::zarr::ZarrArray;
 
 /// Opens every material: sources as they are, targets and intermediates created in their
@@ -105,18 +104,7 @@ pub fn attach_materials(
         let arr = if spec.existing {
             ZarrArray::create_with(store.clone(), spec, &attrs, None)
         } else {
-            match TargetState::of(store.as_ref())? {
-                TargetState::Unfinished { job: j, .. } if j == job => {
-                    ZarrArray::open(store.clone())
-                }
-                state => Err(Error::store(
-                    store.url(),
-                    format!(
-                        "is not the unfinished output of job {job} ({state:?}): the job \
-                         finished or was replaced, so this batch writes nothing"
-                    ),
-                )),
-            }
+            ZarrArray::attach_target(store.clone(), spec, &attrs, job)
         }
         .array_ctx(&m.name)?
         .with_name(&m.name);

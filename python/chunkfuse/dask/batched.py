@@ -1,0 +1,174 @@
+"""The engine's part of a Dask graph as batches any Dask scheduler runs: a graph rewrite.
+
+At compute time (Dask's optimisation step, on the client) the native part of the graph
+becomes one engine job, prepared here (its targets and scratch arrays created, marked as
+unfinished), and each of its stages becomes tasks of the graph: one per batch (see
+`chunkfuse.distributed`), the merges of split reductions, and a barrier before the next
+stage. The keys the rest of the graph reads from the native part become tasks that read
+their blocks back from the job's scratch arrays; the job is finished (targets completed,
+scratch removed) once they have all been read. Dask schedules those tasks like any other:
+on a distributed cluster, they spread over its workers (reductions included); on a local
+scheduler, over its threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+from dask._task_spec import DataNode, Task, TaskRef
+from dask.core import flatten
+
+from chunkfuse.distributed.batch import BatchSpec, JobKey, run_batch
+from chunkfuse.distributed.coordinator import batch_budget
+from chunkfuse.distributed.runtime import WorkerShape, default_threads
+
+from .graph import as_task_graph
+from .runner import engine_plan, select_native
+from .symbols import Blk, Store, Stored
+
+
+@dataclass(frozen=True)
+class BatchedOptions:
+    """How the engine's part of a graph runs as batches."""
+
+    #: Each batch's budget (bytes or text); by default three quarters of what the smallest
+    #: worker offers one batch.
+    max_mem: int | str | None = None
+    #: Where jobs' scratch arrays, intermediates and partial states go: a directory every
+    #: worker sees (default: the system temporary directory, which only a cluster on this
+    #: machine shares).
+    work_dir: str | None = None
+    batches_per_worker: int = 4
+    device: str = "cpu"
+
+
+def _shape() -> WorkerShape:
+    """The workers batches will run on: the default distributed client's, else this
+    machine's threads (Dask's local schedulers)."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        from chunkfuse.distributed.dask_runtime import DaskRuntime
+
+        return DaskRuntime(client).shape()
+    import psutil
+
+    threads = default_threads()
+    return WorkerShape(1, threads, int(psutil.virtual_memory().total))
+
+
+def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
+    """`graph_in` (Dask's optimised graph for `keys`) with its native part as batch tasks;
+    unchanged when nothing in it is native."""
+    graph = as_task_graph(graph_in)
+    wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
+    selection = select_native(graph, wanted, mixed=False)
+    if selection is None or not selection.todo:
+        return graph_in
+    shape = _shape()
+    base = options.work_dir or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="chunkfuse-dask-", dir=base)
+    planned = engine_plan(selection.interp, selection.todo, scratch)
+    text = json.dumps(planned.plan)
+    key = JobKey(
+        plan=text,
+        params=(),
+        max_mem=batch_budget(options.max_mem, shape, _Named("dask")),
+        threads=shape.batch_threads,
+        work_dir=base,
+        device=options.device,
+    )
+    job = key.prepare()
+    token = uuid.uuid4().hex[:10]
+    out: dict[Hashable, Any] = {k: v for k, v in graph.items() if k not in selection.covered}
+    barrier: str | None = None
+    want = max(1, shape.workers * shape.threads * options.batches_per_worker)
+    for stage in range(job.stage_count()):
+        cut = json.loads(job.cut(stage, want))
+        batches = [tuple(b) for b in cut["batches"]]
+        names = []
+        for i, (s, e) in enumerate(batches):
+            spec = BatchSpec(key, "dask", stage, i, len(batches), s, e, cut["label"])
+            name = f"chunkfuse-batch-{token}-{stage}-{i}"
+            out[name] = Task(name, _run_after, spec, *_refs(barrier))
+            names.append(name)
+        merges = []
+        for i, part in enumerate(cut["merges"]):
+            spec = BatchSpec(
+                key, "dask", stage, i, len(cut["merges"]), 0, 0, cut["label"], part, tuple(batches)
+            )
+            name = f"chunkfuse-merge-{token}-{stage}-{i}"
+            out[name] = Task(name, _run_after, spec, *(TaskRef(n) for n in names))
+            merges.append(name)
+        barrier = f"chunkfuse-stage-{token}-{stage}"
+        out[barrier] = Task(barrier, _barrier, *(TaskRef(n) for n in names + merges))
+    del job
+    readers: dict[Hashable, str] = {}
+    for k, sym in planned.roots.items():
+        if isinstance(sym, Blk):
+            url = planned.scratch[sym.full.root][1]
+            name = f"chunkfuse-read-{token}-{len(readers)}"
+            out[name] = Task(name, _read_block, url, sym.region, *_refs(barrier))
+            readers[k] = name
+    finish = f"chunkfuse-finish-{token}"
+    out[finish] = Task(
+        finish, _finish, key, scratch, *_refs(barrier), *(TaskRef(r) for r in readers.values())
+    )
+    for k, sym in planned.roots.items():
+        if k in readers:
+            out[k] = Task(k, _after, TaskRef(readers[k]), TaskRef(finish))
+        elif isinstance(sym, Stored):
+            out[k] = Task(k, _after, DataNode(None, sym.template), TaskRef(finish))
+        elif isinstance(sym, Store):
+            out[k] = Task(k, _after, None, TaskRef(finish))
+    return out
+
+
+@dataclass(frozen=True)
+class _Named:
+    name: str
+
+
+def _refs(key: str | None) -> tuple[TaskRef, ...]:
+    return () if key is None else (TaskRef(key),)
+
+
+def _run_after(spec: BatchSpec, *_before: Any) -> dict[str, Any]:
+    """Runs a batch once what it waits for has run."""
+    return run_batch(spec)
+
+
+def _barrier(*summaries: Any) -> int:
+    """A stage's end: every batch of it has run. Its value is the tasks they ran."""
+    return sum(int(s.get("tasks", 0)) for s in summaries if isinstance(s, Mapping))
+
+
+def _read_block(url: str, region: tuple[tuple[int, int], ...], _stage: Any) -> np.ndarray:
+    """A block of the job's scratch array at `url`."""
+    arr = zarr.open_array(url, mode="r")
+    return np.asarray(arr[tuple(slice(a, b) for a, b in region)])
+
+
+def _finish(key: JobKey, scratch: str, *_read: Any) -> None:
+    """Completes the job's targets and removes its work and scratch directories."""
+    key.attach().finish()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _after(value: Any, _finished: Any) -> Any:
+    """`value`, once the job is finished."""
+    return value

@@ -1,0 +1,90 @@
+"""The one setting that turns chunkfuse on for Dask's own `compute()`, on any scheduler
+(a `distributed.Client`'s cluster or Dask's local schedulers): Dask's optimisation hooks for
+arrays and delayed objects (`array_optimize`, `delayed_optimize`) rewrite each graph's native
+part into engine batches (see `batched`). Options are Dask config values under `chunkfuse.`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dask
+import dask.array.optimization
+import dask.delayed
+
+from .batched import BatchedOptions, rewrite
+
+
+def _options() -> BatchedOptions:
+    return BatchedOptions(
+        max_mem=dask.config.get("chunkfuse.max-mem", None),
+        work_dir=dask.config.get("chunkfuse.work-dir", None),
+        batches_per_worker=int(dask.config.get("chunkfuse.batches-per-worker", 4)),
+        device=str(dask.config.get("chunkfuse.device", "cpu")),
+    )
+
+
+def optimize_array(dsk: Any, keys: Any, **kwargs: Any) -> Any:
+    """Dask's array optimisation, then the native part as engine batches."""
+    return rewrite(dask.array.optimization.optimize(dsk, keys, **kwargs), keys, _options())
+
+
+def optimize_delayed(dsk: Any, keys: Any, **kwargs: Any) -> Any:
+    """Dask's delayed optimisation (`to_zarr` and `da.store` return delayed objects), then
+    the native part as engine batches."""
+    return rewrite(dask.delayed.optimize(dsk, keys, **kwargs), keys, _options())
+
+
+def _settings(
+    max_mem: int | str | None, work_dir: str | None, batches_per_worker: int, device: str
+) -> dict[str, Any]:
+    if batches_per_worker < 1:
+        raise ValueError(f"batches_per_worker must be at least 1, got {batches_per_worker}")
+    if device not in ("cpu", "cuda", "auto"):
+        raise ValueError(f"unknown device {device!r}: expected cpu, cuda or auto")
+    return {
+        "array_optimize": optimize_array,
+        "delayed_optimize": optimize_delayed,
+        "chunkfuse.max-mem": max_mem,
+        "chunkfuse.work-dir": work_dir,
+        "chunkfuse.batches-per-worker": batches_per_worker,
+        "chunkfuse.device": device,
+    }
+
+
+@contextmanager
+def enabled(
+    *,
+    max_mem: int | str | None = None,
+    work_dir: str | None = None,
+    batches_per_worker: int = 4,
+    device: str = "cpu",
+) -> Iterator[None]:
+    """Within the block, Dask's `compute()`, `dask.compute(...)`, `persist()` and `to_zarr`
+    run the parts of their graphs chunkfuse recognises as engine batches on whatever
+    scheduler runs the graph (spread over a cluster's workers), the rest as Dask's tasks.
+
+    `max_mem`: each batch's budget (default: three quarters of what the smallest worker
+    offers one batch, a Dask worker's 80% pause threshold counted; more is refused before
+    anything runs). `work_dir`: where scratch arrays, intermediates and partial states go,
+    storage every worker sees (default: the system temporary directory). Each stage is cut
+    into about `batches_per_worker` batches per worker thread."""
+    with dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device)):
+        yield
+
+
+def enable(
+    *,
+    max_mem: int | str | None = None,
+    work_dir: str | None = None,
+    batches_per_worker: int = 4,
+    device: str = "cpu",
+) -> None:
+    """`enabled(...)` for the rest of the process (until `disable()`)."""
+    dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device))
+
+
+def disable() -> None:
+    """Undoes `enable()`: Dask optimises and runs graphs its own way again."""
+    dask.config.set({"array_optimize": None, "delayed_optimize": None})
