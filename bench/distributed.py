@@ -35,6 +35,7 @@ exits 1 when any measurement or check fails (a full run: when a chunkfuse one do
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime as dt
 import importlib.metadata
 import importlib.util
@@ -88,23 +89,34 @@ RTOL_MAGNITUDE = 2e-5
 # --------------------------------------------------------------------------------------------
 
 
-def settle(warm_bytes: int) -> bool:
+def settle(warm_bytes: int) -> tuple[bool, int]:
     """Touch and free `warm_bytes` (so the run starts from memory the host backs, see
-    bench/run.py's warm_memory), then reset this process's peak RSS. False when the kernel
-    has no `/proc/self/clear_refs` (then peaks are the process's lifetime peaks)."""
+    bench/run.py's warm_memory), hand freed heap back (`malloc_trim`, so what an earlier run
+    left in the allocator's arenas does not count), then reset this process's peak RSS.
+    Returns whether the reset worked (without `/proc/self/clear_refs` peaks are lifetime
+    peaks) and the resident set the run starts from, in bytes."""
     bench_run.warm_memory(warm_bytes)
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to trim
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
-        return False
-    return True
+        return False, _status_bytes("VmRSS:")
+    return True, _status_bytes("VmRSS:")
 
 
 def peak_rss() -> int:
     """This process's peak resident set since `settle` (`VmHWM`), in bytes."""
+    return _status_bytes("VmHWM:")
+
+
+def _status_bytes(key: str) -> int:
+    """A size from /proc/self/status (ru_maxrss where there is none)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -127,6 +139,8 @@ class Cell:
     runs: list[float] = field(default_factory=list)
     #: Largest peak RSS of each process over the runs (workers by address; "driver").
     peaks: dict[str, int] = field(default_factory=dict)
+    #: Largest resident set each process started a run from.
+    starts: dict[str, int] = field(default_factory=dict)
     check: str = ""
     note: str = ""
 
@@ -158,6 +172,8 @@ class Bench:
     worker_mem: int
     warm_bytes: int
     peaks_exact: bool = True
+    #: The resident set each process started the current run from.
+    starts: dict[str, int] = field(default_factory=dict)
     cells: dict[tuple[str, str, str], Cell] = field(default_factory=dict)
 
     def cell(self, data: str, op: str, tool: str) -> Cell:
@@ -171,8 +187,10 @@ class Bench:
         return path
 
     def settle_all(self) -> None:
-        workers = self.client.run(settle, self.warm_bytes)
-        self.peaks_exact = settle(self.warm_bytes) and all(workers.values()) and self.peaks_exact
+        settled = {str(k): v for k, v in self.client.run(settle, self.warm_bytes).items()}
+        settled["driver"] = settle(self.warm_bytes)
+        self.peaks_exact = self.peaks_exact and all(ok for ok, _ in settled.values())
+        self.starts = {k: rss for k, (_, rss) in settled.items()}
 
     def peaks(self, local: bool) -> dict[str, int]:
         if local:
@@ -300,7 +318,7 @@ def check_cubed_memory(bench: Bench, allowed_mem: int) -> None:
         )
 
 
-#: What each tool runs for a group of ops: (ops covered per call, their outputs by op).
+#: One timed call: (the op whose output it writes, the ops it times, the call).
 Call = tuple[str, tuple[str, ...], Callable[[Bench, Path, Path], dict[str, float]]]
 
 
@@ -334,8 +352,12 @@ def measure(bench: Bench, data: str, tool: str, call: Call, source: Path, dst: P
         cell.runs.append(seconds[o])
         for k, v in peaks.items():
             cell.peaks[k] = max(cell.peaks.get(k, 0), v)
+            cell.starts[k] = max(cell.starts.get(k, 0), bench.starts.get(k, 0))
     worst = max(peaks.values()) / 2**20
-    print(f"  {data:<9} {op:<8} {tool:<26} {seconds[op]:8.3f} s  peak {worst:6.0f} MiB")
+    print(
+        f"  {data:<9} {op:<8} {tool:<26} {seconds[op]:8.3f} s  peak {worst:6.0f} MiB",
+        file=sys.stderr,
+    )
     return True
 
 
@@ -358,7 +380,9 @@ def _time_mean(source: Path) -> tuple[np.ndarray, np.ndarray]:
     return total / z.shape[0], magnitude / z.shape[0]
 
 
-def check_mean_anomaly(outputs: dict[tuple[str, str], Path], source: Path) -> dict[str, float]:
+def check_mean_anomaly(
+    outputs: dict[tuple[str, str], Path], source: Path
+) -> dict[tuple[str, str], str]:
     """Each mean and anomaly against float64 references, within RTOL_MAGNITUDE of the time
     mean of |x|."""
     import zarr
@@ -385,7 +409,9 @@ def check_mean_anomaly(outputs: dict[tuple[str, str], Path], source: Path) -> di
     return status
 
 
-def check_round(bench: Bench, data: str, source: Path, outputs: dict) -> None:
+def check_round(
+    bench: Bench, data: str, source: Path, outputs: dict[tuple[str, str], Path]
+) -> None:
     """Sets the check of every cell of `data` from the first round's outputs."""
     by_op: dict[str, dict[str, Path]] = {}
     for (op, tool), path in outputs.items():
@@ -497,11 +523,16 @@ def ratios(bench: Bench, data: str, op: str, tool: str, base: str = CF_DIST) -> 
     return [m / t for m, t in zip(mine, theirs, strict=True) if t > 0]
 
 
+def _per_process(sizes: dict[str, int]) -> str:
+    """MiB of each process, workers in address order."""
+    return " / ".join(f"{v / 2**20:.0f}" for _, v in sorted(sizes.items())) or "–"
+
+
 def table(bench: Bench, sets: dict[str, Path], nbytes: dict[str, int]) -> list[str]:
     lines = [
         "| data | op | tool | seconds, median (range) | GB/s | ratio vs chunkfuse distributed "
-        "| peak RSS per process (MiB) | check | note |",
-        "|---|---|---|---:|---:|---:|---|---|---|",
+        "| peak RSS per process (MiB) | at start (MiB) | check | note |",
+        "|---|---|---|---:|---:|---:|---|---|---|---|",
     ]
     for data in sets:
         for op in OPS:
@@ -510,10 +541,11 @@ def table(bench: Bench, sets: dict[str, Path], nbytes: dict[str, int]) -> list[s
                 med = cell.median()
                 gbps = f"{nbytes[data] / med / 1e9:.2f}" if med else "–"
                 ratio = _range(ratios(bench, data, op, tool), ".2f") if tool != CF_DIST else "1"
-                peaks = " / ".join(f"{v / 2**20:.0f}" for _, v in sorted(cell.peaks.items()))
+                peaks = _per_process(cell.peaks)
+                starts = _per_process(cell.starts)
                 lines.append(
                     f"| {data} | {op} | {tool} | {_range(cell.runs, '.3f')} | {gbps} | "
-                    f"{ratio if med else '–'} | {peaks or '–'} | {cell.check} | {cell.note} |"
+                    f"{ratio if med else '–'} | {peaks} | {starts} | {cell.check} | {cell.note} |"
                 )
     return lines
 
@@ -594,14 +626,14 @@ def plot(bench: Bench, sets: dict[str, Path], out: Path) -> str:
                 color=colors[k % len(colors)],
                 label=data,
             )
-        ax.set_xscale("log")
         ax.set_title(op)
         ax.set_xlabel("seconds (median, range)")
     axes[0][0].set_yticks([i + height * (len(sets) - 1) / 2 for i in range(len(TOOLS))])
     axes[0][0].set_yticklabels(TOOLS)
     axes[0][0].invert_yaxis()
-    axes[0][-1].legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(sets), fontsize="small")
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(out / "distributed.png", dpi=110)
     plt.close(fig)
     return "![distributed](distributed.png)"
@@ -681,7 +713,9 @@ def section(
         f"{args.rounds} round(s), the tools of an op in turn, their order rotating by round; "
         "seconds from the expression built (arrays opened before) to the output written; "
         "ratios taken round by round (median, range). GB/s: decoded input bytes / seconds. "
-        f"Peak RSS: {peaks}, one figure per worker (or the driver), the largest over rounds; "
+        f"Peak RSS: {peaks}, one figure per worker (or the driver), the largest over rounds, "
+        "beside the resident set the run started from (after `malloc_trim` handed freed heap "
+        "back); "
         f"before each run every process touched and freed {bench.warm_bytes / 2**20:.0f} MiB. "
         "Checks on the first round's outputs: sums against chunkfuse's within 2e-5 of the "
         "float64 sum of |y|, means and anomalies against float64 references within 2e-5 of the "

@@ -39,20 +39,23 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
     assert text.rstrip().endswith("## Next section\n\nkept")
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     number = r"\d+\.\d+"
+    sizes = r"(\d+(?: / \d+)?)"  # MiB of each process
     for data in DATA_SETS:
         for op in OPS:
             for tool in TOOLS:
                 row = re.search(
                     rf"^\| {data} \| {op} \| {re.escape(tool)} \| ({number})[^|]* \| {number} \|"
-                    rf" [^|]+ \| (\d+(?: / \d+)?) \| ok( \(by its anomaly\))? \|",
+                    rf" [^|]+ \| {sizes} \| {sizes} \| ok( \(by its anomaly\))? \|",
                     section,
                     re.MULTILINE,
                 )
                 assert row, f"no measured, checked row for {data} {op} {tool}:\n{section}"
                 assert float(row.group(1)) > 0
                 peaks = [int(p) for p in row.group(2).split(" / ")]
+                starts = [int(p) for p in row.group(3).split(" / ")]
                 # The cluster's rows have a peak per worker; the local engine's, the driver's.
-                assert len(peaks) == (1 if tool == "chunkfuse local, 2 threads" else 2)
+                assert len(peaks) == len(starts) == (1 if tool == TOOLS[1] else 2)
+                assert all(0 < s <= p for s, p in zip(starts, peaks, strict=True))
     assert re.search(rf"Per-batch overhead: .* \(\d+ batches .*{number} ms", section)
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "distributed.png").stat().st_size > 0

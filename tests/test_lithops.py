@@ -1,7 +1,7 @@
 """Lithops as a chunkfuse runtime, on its localhost backend: plans run as batches in Lithops'
 worker processes equal the local engine's runs; a batch that fails for good gives one error
-naming its stage, batch and chunk; Lithops' retries rerun a failed call, and results come
-back as calls finish.
+naming its stage, batch and chunk; Lithops' retries rerun a call that raised or whose
+worker process was killed, and results come back as calls finish.
 
 Lithops runs in a child process (this file run as a script) whose TMPDIR and HOME are a
 temporary directory: everything its localhost backend writes (jobs, results, the runner it
@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import chunkfuse
@@ -34,6 +35,16 @@ REPO = Path(__file__).resolve().parents[1]
 LOCALHOST: dict[str, Any] = {
     "lithops": {"backend": "localhost", "storage": "localhost", "data_cleaner": False},
     "localhost": {"worker_processes": 2},
+}
+#: An AWS Lambda config: only resolved by Lithops (offline), never used to invoke anything.
+LAMBDA: dict[str, Any] = {
+    "lithops": {"backend": "aws_lambda", "storage": "aws_s3"},
+    "aws_lambda": {
+        "region": "us-east-1",
+        "execution_role": "arn:aws:iam::123456789012:role/lithops",
+        "runtime_memory": 2048,
+        "worker_processes": 2,
+    },
 }
 #: Seconds one child may run.
 TIMEOUT = 240
@@ -166,7 +177,7 @@ def test_a_batch_that_fails_for_good_names_its_stage_batch_and_chunk(
     assert "tasks " in message, message
 
 
-def test_retries_rerun_a_failed_call_and_results_come_as_calls_finish(
+def test_retries_rerun_a_failed_or_killed_call_and_results_come_as_calls_finish(
     lithops_root: Path,
 ) -> None:
     marks = lithops_root / "marks"
@@ -177,7 +188,7 @@ def test_retries_rerun_a_failed_call_and_results_come_as_calls_finish(
         {"value": 0, "marks": str(marks), "fail": "never", "after": [1, 2, 3]},
         {"value": 1, "marks": str(marks), "fail": "never", "after": []},
         {"value": 2, "marks": str(marks), "fail": "once", "after": []},
-        {"value": 3, "marks": str(marks), "fail": "never", "after": []},
+        {"value": 3, "marks": str(marks), "fail": "killed once", "after": []},
     ]
     always = {"value": 4, "marks": str(marks), "fail": "always", "after": []}
     retried, failed = in_child(
@@ -193,6 +204,8 @@ def test_retries_rerun_a_failed_call_and_results_come_as_calls_finish(
     assert values[-1] == 0, values
     assert (marks / "2.attempts").read_text() == "xx"
     assert (marks / "1.attempts").read_text() == "x"
+    # A worker process killed mid-call: Lithops reports the call failed, and it reruns.
+    assert (marks / "3.attempts").read_text() == "xx"
     # Failed on every try: the function's error, named as the item that raised it.
     assert failed["error"]["type"] == "chunkfuse.distributed.batch.BatchFailed", failed
     assert "ValueError: item 4 fails" in failed["error"]["message"], failed
@@ -202,17 +215,21 @@ def test_retries_rerun_a_failed_call_and_results_come_as_calls_finish(
 
 def test_the_shape_comes_from_the_lithops_config(lithops_root: Path) -> None:
     memory = {**LOCALHOST, "localhost": {"worker_processes": 3, "runtime_memory": 512}}
-    plain, sized, overridden = in_child(
+    plain, sized, overridden, cloud = in_child(
         lithops_root,
         [
             {"kind": "shape", "config": LOCALHOST},
             {"kind": "shape", "config": memory},
             {"kind": "shape", "config": memory, "workers": 5, "memory_limit": 1 << 30},
+            {"kind": "shape", "cloud": LAMBDA},
         ],
     )
     assert (plain["workers"], plain["threads"], plain["memory_limit"]) == (2, 1, None)
     assert (sized["workers"], sized["threads"], sized["memory_limit"]) == (3, 1, 512 << 20)
     assert (overridden["workers"], overridden["memory_limit"]) == (5, 1 << 30)
+    # A cloud backend: its function concurrency (Lithops' default for Lambda), the calls
+    # each function runs at once, and each function's memory.
+    assert (cloud["workers"], cloud["threads"], cloud["memory_limit"]) == (1000, 2, 2048 << 20)
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,6 +244,9 @@ def _flaky(item: dict[str, Any]) -> dict[str, Any]:
     with open(marks / f"{value}.attempts", "a") as f:
         f.write("x")
     failed_once = marks / f"{value}.failed"
+    if item["fail"] == "killed once" and not failed_once.exists():
+        failed_once.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
     if item["fail"] == "always" or (item["fail"] == "once" and not failed_once.exists()):
         failed_once.touch()
         raise ValueError(f"item {value} fails")
@@ -235,7 +255,9 @@ def _flaky(item: dict[str, Any]) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"item {value}: items {item['after']} did not finish")
         time.sleep(0.05)
-    # Results are read once the call has returned: a short pause lets the others' be first.
+    if item["after"]:
+        # The others' results reach the caller a moment after their marks: let them first.
+        time.sleep(1.5)
     (marks / f"{value}.done").touch()
     return {"value": value * value, "pid": os.getpid()}
 
@@ -248,6 +270,12 @@ def _step(step: dict[str, Any]) -> dict[str, Any]:
     from chunkfuse.distributed import run_distributed
     from chunkfuse.distributed.lithops_runtime import LithopsRuntime
 
+    if step["kind"] == "shape" and "cloud" in step:
+        from lithops.config import default_config
+
+        # The config a FunctionExecutor for that backend would hold, without its clients.
+        config = default_config(config_data=step["cloud"], load_storage_config=False)
+        return asdict(LithopsRuntime(SimpleNamespace(config=config)).shape())
     if step["kind"] == "shape":
         options = {k: step[k] for k in ("workers", "memory_limit") if k in step}
         with LithopsRuntime(config=step["config"], **options) as runtime:

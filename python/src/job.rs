@@ -27,10 +27,12 @@ fn batched_options(
     threads: usize,
     work_dir: Option<PathBuf>,
     device: &str,
+    spread: usize,
 ) -> PyResult<RunOptions> {
     let (mut opts, _) = driver::observed_options(max_mem, threads, work_dir, true);
     opts.device = device.parse().map_err(to_py)?;
     opts.batched = true;
+    opts.spread = spread;
     Ok(opts)
 }
 
@@ -94,8 +96,11 @@ impl PyJob {
     /// Validates and plans a JSON plan for the budget, creates its targets and intermediates
     /// (marked as this job's unfinished output, in a work directory named after the job, so
     /// other processes find them) and returns the job, ready to be cut into batches.
+    /// `spread`: the batches that will run at once; a reduction's output chunk is folded in
+    /// at least that many groups where it has the pieces. Every process of a job must give
+    /// the same options.
     #[staticmethod]
-    #[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, device="cpu"))]
+    #[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, device="cpu", spread=0))]
     fn prepare(
         py: Python<'_>,
         plan_json: &str,
@@ -104,8 +109,9 @@ impl PyJob {
         threads: usize,
         work_dir: Option<PathBuf>,
         device: &str,
+        spread: usize,
     ) -> PyResult<Self> {
-        let opts = batched_options(max_mem, threads, work_dir, device)?;
+        let opts = batched_options(max_mem, threads, work_dir, device, spread)?;
         Self::open(py, plan_json, params, opts, false)
     }
 
@@ -113,7 +119,7 @@ impl PyJob {
     /// run its batches. Creates and erases nothing: a target that is not the job's
     /// unfinished output (the job finished, or it was replaced) raises OSError.
     #[staticmethod]
-    #[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, device="cpu"))]
+    #[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, device="cpu", spread=0))]
     fn attach(
         py: Python<'_>,
         plan_json: &str,
@@ -122,8 +128,9 @@ impl PyJob {
         threads: usize,
         work_dir: Option<PathBuf>,
         device: &str,
+        spread: usize,
     ) -> PyResult<Self> {
-        let opts = batched_options(max_mem, threads, work_dir, device)?;
+        let opts = batched_options(max_mem, threads, work_dir, device, spread)?;
         Self::open(py, plan_json, params, opts, true)
     }
 

@@ -217,6 +217,7 @@ fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error
             None => Default::default(),
         },
         batched: false,
+        spread: 0,
     })
 }
 

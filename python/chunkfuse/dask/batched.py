@@ -91,6 +91,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         threads=shape.batch_threads,
         work_dir=base,
         device=options.device,
+        spread=shape.workers * shape.threads,
     )
     job = key.prepare()
     token = uuid.uuid4().hex[:10]

@@ -35,6 +35,8 @@ class JobKey:
     threads: int
     work_dir: str
     device: str = "cpu"
+    #: Batches that run at once: a reduction's output chunk is spread over that many groups.
+    spread: int = 0
 
     def attach(self) -> Any:
         return _engine.Job.attach(
@@ -44,6 +46,7 @@ class JobKey:
             self.threads,
             self.work_dir,
             self.device,
+            self.spread,
         )
 
     def prepare(self) -> Any:
@@ -54,6 +57,7 @@ class JobKey:
             self.threads,
             self.work_dir,
             self.device,
+            self.spread,
         )
 
 

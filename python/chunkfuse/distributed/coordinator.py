@@ -100,6 +100,7 @@ def run_distributed(
         threads=compute_threads,
         work_dir=work_dir,
         device=device,
+        spread=shape.workers * shape.threads,
     )
     job = key.prepare()
     run = DistributedRun(summary={}, max_mem=budget, threads=compute_threads)

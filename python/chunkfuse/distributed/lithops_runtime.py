@@ -31,10 +31,11 @@ class LithopsRuntime:
     (bytes per worker) replace what the executor's config says. `batch_threads`: the engine's
     compute threads per batch.
 
-    The functions and their arguments are pickled by reference: chunkfuse must be installed
-    where the calls run (the localhost workers are this machine's interpreter; a cloud
-    backend needs a runtime image with chunkfuse in it), since its engine is a native module
-    Lithops cannot ship.
+    Lithops ships no modules with the calls (`include_modules=None`): chunkfuse must be
+    installed where they run (the localhost workers run this machine's interpreter; a cloud
+    backend needs a runtime image with chunkfuse in it), as its engine is a native module.
+    A batch that failed for good ends the map; the calls still running finish, or end when
+    the executor is closed.
     """
 
     name = "lithops"
@@ -171,8 +172,9 @@ def _log_level(config: Mapping[str, Any] | None) -> bool | None:
 
 
 def _failure(future: Any, item: Any, label: str) -> BaseException:
-    """The error a call raised in its worker, rebuilt by Lithops; a failure of the worker
-    itself (killed, timed out) becomes a `BatchFailed` naming the item."""
+    """The `BatchFailed` a call raised in its worker, rebuilt by Lithops; any other error
+    (another the function raised, or its worker's: killed, timed out) becomes a
+    `BatchFailed` naming the item, caused by it."""
     hook = sys.excepthook
     try:
         future.status(throw_except=True)

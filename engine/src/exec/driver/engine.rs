@@ -24,6 +24,8 @@ pub struct Engine {
     pub task_budget: u64,
     /// The device fused elementwise programs run on.
     pub placement: Placement,
+    /// Groups a reduction's output chunk is spread over at least (`RunOptions::spread`).
+    pub spread: usize,
 }
 
 impl Engine {
@@ -77,6 +79,7 @@ impl Engine {
             max_mem,
             task_budget,
             placement,
+            spread: opts.spread,
         })
     }
 
@@ -118,6 +121,7 @@ impl Engine {
             task_share: self.task_share(),
             task_budget: self.task_budget,
             workers: self.workers(),
+            spread: self.spread,
         }
     }
 

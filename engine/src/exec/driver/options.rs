@@ -36,6 +36,10 @@ pub struct RunOptions {
     /// targets are marked and its work directory is named after the job whatever `resume`
     /// says, so every process finds them, and it holds the reductions' partial states.
     pub batched: bool,
+    /// Batches of the job that run at once (0: it does not run in batches): each output
+    /// chunk of a reduction is folded in at least this many groups where it has the pieces,
+    /// so its batches spread over every worker.
+    pub spread: usize,
 }
 
 impl Default for RunOptions {
@@ -51,6 +55,7 @@ impl Default for RunOptions {
             resume: true,
             device: Device::Cpu,
             batched: false,
+            spread: 0,
         }
     }
 }

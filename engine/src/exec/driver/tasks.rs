@@ -161,6 +161,8 @@ pub struct TaskLimits {
     pub task_budget: u64,
     /// Tasks that run at once.
     pub workers: usize,
+    /// Groups a reduction's output chunk is spread over at least (see `RunOptions::spread`).
+    pub spread: usize,
 }
 
 /// The tasks of one stage, with its fused program compiled for `placement`.
@@ -187,6 +189,7 @@ pub fn window_tasks(
         task_share,
         task_budget,
         workers,
+        spread,
     } = limits;
     let tasks = match stage {
         Stage::Compute {
@@ -244,6 +247,7 @@ pub fn window_tasks(
             task_share,
             task_budget,
             workers,
+            spread,
             window,
         ),
     };

@@ -102,6 +102,9 @@ struct Sizing<'a> {
     max_task_bytes: u64,
     budget: u64,
     workers: usize,
+    /// Groups each output chunk's pieces are spread over at least, where it has them (a
+    /// job run in batches spreads a reduction over every batch running at once).
+    spread: usize,
 }
 
 /// How one output chunk's reduction runs: the sizes of the groups its pieces are folded in,
@@ -154,7 +157,7 @@ impl Sizing<'_> {
             acc: acc_bytes,
         };
         let (sizes, fold_every) = fit_groups(
-            group_sizes(reads.len(), per_group, later, workers),
+            group_sizes(reads.len(), per_group, later, workers.max(self.spread)),
             fold_every,
             bytes,
             budget,
@@ -187,7 +190,8 @@ fn split_groups(reads: &[RegionRead], sizes: Vec<usize>) -> Vec<Vec<RegionRead>>
     }
 }
 
-/// The tasks of a reduce stage, for `workers` running them at once, and how many the stage
+/// The tasks of a reduce stage, for `workers` running them at once (each output chunk's
+/// pieces folded in at least `spread` groups where it has them), and how many the stage
 /// has: all of them, or those in `window` (an output chunk whose groups the window cuts
 /// leaves its partial state, see [`partials`]). `max_task_bytes` is the share of the budget
 /// one task may take to fold several pieces together; `budget` is what the stage's tasks may
@@ -203,6 +207,7 @@ pub fn tasks(
     max_task_bytes: u64,
     budget: u64,
     workers: usize,
+    spread: usize,
     window: Option<&partials::Window>,
 ) -> Result<(Vec<Task>, usize)> {
     let params = Arc::new(params);
@@ -235,6 +240,7 @@ pub fn tasks(
         max_task_bytes,
         budget,
         workers,
+        spread,
     };
     // The stage's index of the next output chunk's first group.
     let mut first = 0;
