@@ -22,6 +22,7 @@ import pytest
 import zarr
 from chunkfuse.distributed import BatchFailed, LocalRuntime, run_distributed
 from chunkfuse.distributed.coordinator import ClusterTooSmall
+from cluster_fixtures import client  # noqa: F401
 from conftest import REPO, assert_no_partial_files
 
 distributed = pytest.importorskip("distributed")
@@ -53,20 +54,6 @@ def era5(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
     )
     return out
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        memory_limit="2GiB",
-    )
-    with cluster, distributed.Client(cluster) as c:
-        yield c
 
 
 def local_result(plan: str, era5: Path, target: Path) -> np.ndarray:

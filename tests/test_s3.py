@@ -275,3 +275,38 @@ def test_small_windows_of_sharded_arrays_read_only_their_inner_chunks(
     # The index (bytes=-N) and four inner chunks, which object_store may coalesce.
     assert any(r.startswith("bytes=-") for _, _, r in log if r), log
     assert 2 <= len(log) <= 5, log
+
+
+def test_a_job_run_in_batches_keeps_its_work_directory_on_s3(
+    source: tuple[str, np.ndarray], s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Intermediates and partial states of a job run in batches go to a work directory given
+    as an s3:// URL (what every worker of a cluster sees), and are removed when it finishes."""
+    from chunkfuse.distributed import LocalRuntime, run_distributed
+
+    url, data = source
+    plan = {
+        "name": "anomaly",
+        "arrays": [{"id": "x", "zarr": url}],
+        "ops": [
+            {"id": "m", "op": "reduce", "input": "x", "func": "mean", "axes": [0], "keepdims": True},
+            {
+                "id": "a",
+                "op": "elementwise",
+                "inputs": ["x", "m"],
+                "expr": {"op": "subtract", "args": [{"input": 0}, {"input": 1}]},
+            },
+            {"id": "out", "op": "write", "input": "a", "target": f"s3://{s3_bucket}/out/a.zarr"},
+        ],
+    }
+    run = run_distributed(
+        plan,
+        runtime=LocalRuntime(3),
+        work_dir=f"s3://{s3_bucket}/work",
+        max_mem="16MB",
+    )
+    assert any(s["merges"] for s in run.stages) or len(run.batches) > 2, run.stages
+    download(s3_server, s3_bucket, "out/a.zarr", tmp_path / "a.zarr")
+    got = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    np.testing.assert_allclose(got, data - data.mean(axis=0, keepdims=True), atol=1e-3)
+    assert download(s3_server, s3_bucket, "work", tmp_path / "work") == []

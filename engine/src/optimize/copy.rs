@@ -154,6 +154,7 @@ pub(super) fn plan_copy(
     // Chunk-aligned outputs (each output chunk inside one input chunk, or equal): no blocks needed.
     let block = rechunk::block_chunks(&src.grid, &out_grid);
     if block == ones || sizes.task_bytes(&out_grid, &block, in_itemsize, plain) <= limit {
+        let block = rechunk::spread_block(&out_grid, block, opts.spread);
         stages.push(Stage::Compute {
             input: src,
             out,

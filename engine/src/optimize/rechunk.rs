@@ -49,6 +49,33 @@ pub fn block_chunks(input: &ChunkGrid, output: &ChunkGrid) -> Vec<u64> {
         .collect()
 }
 
+/// `block` (output chunks per axis) halved along its longest axis until the grid `output`
+/// holds at least `spread` blocks, or the block is one chunk: a job run in batches spreads
+/// a stage of few large blocks over every batch running at once (each block then decodes
+/// the input chunks it overlaps itself).
+pub fn spread_block(output: &ChunkGrid, mut block: Vec<u64>, spread: usize) -> Vec<u64> {
+    let counts: Vec<u64> = output.axes().iter().map(|a| a.count() as u64).collect();
+    let blocks = |b: &[u64]| -> u64 {
+        counts
+            .iter()
+            .zip(b)
+            .map(|(&n, &l)| n.div_ceil(l.max(1)))
+            .product()
+    };
+    while blocks(&block) < spread as u64 {
+        let Some((d, _)) = block
+            .iter()
+            .enumerate()
+            .filter(|(_, &l)| l > 1)
+            .max_by_key(|(_, &l)| l)
+        else {
+            break;
+        };
+        block[d] = block[d].div_ceil(2);
+    }
+    block
+}
+
 /// True when splits `input` and `output` never line up inside the axis, so that the only
 /// block holding whole chunks of both is the whole axis (`len`), far longer than either
 /// split's chunks: a slice whose first chunk is cut short (`x[8:]` in Dask's chunking)
@@ -142,6 +169,17 @@ pub fn shard_shape(chunks: &[u64], block: &[u64], itemsize: u64, max_bytes: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_blocks_are_halved_until_there_are_enough() {
+        let output = ChunkGrid::regular(&[64, 721, 1440], &[64, 73, 144]).unwrap();
+        let whole = vec![1, 10, 10];
+        assert_eq!(spread_block(&output, whole.clone(), 0), whole);
+        assert_eq!(spread_block(&output, whole.clone(), 2), vec![1, 10, 5]);
+        assert_eq!(spread_block(&output, whole.clone(), 8), vec![1, 5, 3]);
+        // Never past one chunk.
+        assert_eq!(spread_block(&output, whole, 1000), vec![1, 1, 1]);
+    }
 
     #[test]
     fn era5_blocks() {

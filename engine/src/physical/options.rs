@@ -9,4 +9,7 @@ pub struct PlanOptions {
     pub threads: usize,
     /// Bytes of reads per batch of a compute task.
     pub batch_bytes: u64,
+    /// Batches of a job run in batches that run at once (0: it runs in one process): a
+    /// stage of blocks is cut into at least that many tasks where its output allows.
+    pub spread: usize,
 }

@@ -23,6 +23,7 @@ fn plan_checked(
             budget: limits.task_budget,
             threads: engine.scheduler.threads(),
             batch_bytes: limits.batch_limit,
+            spread: limits.spread,
         },
     )?;
     let (stand_ins, _) = open_materials(&physical.materials, io_threads, None, None)?;

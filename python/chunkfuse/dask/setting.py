@@ -50,6 +50,8 @@ def _settings(
         "chunkfuse.work-dir": work_dir,
         "chunkfuse.batches-per-worker": batches_per_worker,
         "chunkfuse.device": device,
+        # Rechunks as Dask's tasks, which the engine recognises (a P2P shuffle it does not).
+        "array.rechunk.method": "tasks",
     }
 
 
@@ -69,7 +71,8 @@ def enabled(
     offers one batch, a Dask worker's 80% pause threshold counted; more is refused before
     anything runs). `work_dir`: where scratch arrays, intermediates and partial states go,
     storage every worker sees (default: the system temporary directory). Each stage is cut
-    into about `batches_per_worker` batches per worker thread."""
+    into about `batches_per_worker` batches per worker thread. Rechunks made within the block
+    use Dask's task method (which the engine runs) rather than a P2P shuffle."""
     with dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device)):
         yield
 
@@ -87,4 +90,6 @@ def enable(
 
 def disable() -> None:
     """Undoes `enable()`: Dask optimises and runs graphs its own way again."""
-    dask.config.set({"array_optimize": None, "delayed_optimize": None})
+    dask.config.set(
+        {"array_optimize": None, "delayed_optimize": None, "array.rechunk.method": None}
+    )

@@ -1,0 +1,147 @@
+"""The front ends on a cluster: Cubed's `RustExecutor(runtime=DaskRuntime(client))`, and
+Dask's own `compute()` and `to_zarr` with `chunkfuse.dask.enabled()`, on a 2-worker
+LocalCluster and on Dask's local scheduler: results equal the local engine's and Dask's,
+the engine's work runs as batches in the workers, callbacks' task counts add up, and a
+budget the workers cannot hold is refused before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import chunkfuse.dask
+import cubed
+import cubed.array_api as xp
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from chunkfuse.cubed import RustExecutor
+from cluster_fixtures import client  # noqa: F401
+from cubed.runtime.types import Callback
+from dask.callbacks import Callback as DaskCallback
+
+distributed = pytest.importorskip("distributed")
+from chunkfuse.distributed.dask_runtime import DaskRuntime  # noqa: E402
+
+SHAPE = (24, 60, 90)
+CHUNKS = (2, 60, 90)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarray]:
+    rng = np.random.default_rng(36)
+    data = (rng.standard_normal(SHAPE) * 5 + 280).astype("float32")
+    url = str(tmp_path_factory.mktemp("src") / "x.zarr")
+    zarr.create_array(url, shape=SHAPE, chunks=CHUNKS, dtype="float32")[...] = data
+    return url, data
+
+
+class Tasks(Callback):
+    """Task counts Cubed's callbacks see, per op."""
+
+    def __init__(self) -> None:
+        self.ended: dict[str, int] = {}
+        self.planned: dict[str, int] = {}
+
+    def on_compute_start(self, event: Any) -> None:
+        for name, node in event.dag.nodes(data=True):
+            if "primitive_op" in node:
+                self.planned[name] = node["primitive_op"].num_tasks
+
+    def on_task_end(self, event: Any) -> None:
+        self.ended[event.name] = self.ended.get(event.name, 0) + event.num_tasks
+
+
+def test_cubed_on_a_cluster_equals_the_local_engine(
+    client: Any, source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = source
+    spec = cubed.Spec(work_dir=str(tmp_path), allowed_mem="200MB")
+    x = cubed.from_zarr(url, spec=spec)
+    on_cluster = RustExecutor(runtime=DaskRuntime(client))
+    local = RustExecutor()
+    for expr in (xp.sum(x, axis=0), xp.mean(x, axis=0), x - xp.mean(x, axis=0)):
+        tasks = Tasks()
+        got = expr.compute(executor=on_cluster, callbacks=[tasks])
+        want = expr.compute(executor=local)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-4)
+        stats = on_cluster.last_stats
+        assert stats.runtime == "dask" and stats.batches >= 2, stats
+        assert len(stats.worker_peak_rss) == 2, stats.worker_peak_rss
+        # Progress bars advance to the end: every op's tasks end, no more.
+        for name in stats.native_ops:
+            assert tasks.ended.get(name) == tasks.planned[name], (name, tasks.ended)
+    np.testing.assert_allclose(got, data - data.mean(axis=0), atol=1e-3)
+
+
+def test_cubed_refuses_an_allowance_the_workers_cannot_hold(
+    client: Any, source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    spec = cubed.Spec(work_dir=str(tmp_path), allowed_mem="6GB")
+    x = cubed.from_zarr(source[0], spec=spec)
+    with pytest.raises(ValueError, match="does not fit its workers"):
+        xp.sum(x, axis=0).compute(executor=RustExecutor(runtime=DaskRuntime(client)))
+
+
+def test_dask_compute_and_to_zarr_on_a_cluster_run_engine_batches(
+    client: Any, source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = source
+    x = da.from_zarr(url)
+    want_sum = ((x + 1) * 2).sum(axis=0).compute()
+    anomaly = x - x.mean(axis=0)
+    with chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")):
+        with distributed.get_task_stream(client) as ts:
+            got_sum = ((x + 1) * 2).sum(axis=0).compute()
+            anomaly.to_zarr(str(tmp_path / "anomaly.zarr"))
+            x.rechunk((24, 20, 30)).to_zarr(str(tmp_path / "rechunked.zarr"))
+    np.testing.assert_allclose(got_sum, want_sum, rtol=1e-6)
+    got = zarr.open_array(str(tmp_path / "anomaly.zarr"), mode="r")[...]
+    np.testing.assert_allclose(got, data - data.mean(axis=0), atol=1e-3)
+    rechunked = zarr.open_array(str(tmp_path / "rechunked.zarr"), mode="r")
+    assert rechunked.chunks == (24, 20, 30)
+    np.testing.assert_array_equal(rechunked[...], data)
+    ran = {w for t in ts.data if "chunkfuse-batch" in str(t["key"]) for w in [t["worker"]]}
+    assert len(ran) == 2, "the batches did not spread over both workers"
+    assert not any((tmp_path / "work").iterdir()), "scratch or work left behind"
+
+
+def test_xarray_to_zarr_with_the_setting_reopens_equal(
+    client: Any, source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = source
+    ds = xr.Dataset({"t": (("time", "lat", "lon"), da.from_zarr(url))})
+    with chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")):
+        out = (ds - ds.mean("time")).rename({"t": "anomaly"})
+        out.to_zarr(str(tmp_path / "out.zarr"), mode="w")
+    back = xr.open_zarr(str(tmp_path / "out.zarr"))
+    np.testing.assert_allclose(back["anomaly"].values, data - data.mean(axis=0), atol=1e-3)
+
+
+class Keys(DaskCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[str] = []
+
+    def _start_state(self, dsk: Any, state: Any) -> None:
+        self.keys.extend(str(k) for k in dsk)
+
+
+def test_the_setting_works_with_the_local_schedulers(
+    source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    url, data = source
+    x = da.from_zarr(url)
+    for scheduler in ("threads", "sync"):
+        with chunkfuse.dask.enabled(work_dir=str(tmp_path)), Keys() as keys:
+            got = x.var(axis=0).compute(scheduler=scheduler)
+        np.testing.assert_allclose(got, data.astype("float64").var(axis=0), rtol=1e-4)
+        assert any("chunkfuse-batch" in k for k in keys.keys), scheduler
+    # Outside the block Dask is Dask again.
+    with Keys() as keys:
+        x.sum().compute(scheduler="sync")
+    assert not any("chunkfuse" in k for k in keys.keys)
+    assert dask.config.get("array_optimize", None) is None
