@@ -3,6 +3,7 @@ on threads of this process: results equal the local engine's for every plan in p
 for mean and var; a killed worker's batches rerun elsewhere and the result is exact; a batch
 that fails for good raises one error naming its stage, batch and chunk; a budget the
 workers cannot hold and a lost client are refused with clear errors."""
+# ruff: noqa: F811  (the cluster fixture imported from cluster_fixtures and used as an argument)
 
 from __future__ import annotations
 
@@ -260,7 +261,9 @@ def test_a_run_interrupted_by_a_failure_resumes(client: Any, era5: Path, tmp_pat
             return super().map(fn, items, label=label)
 
     with pytest.raises(RuntimeError, match="went away"):
-        run_distributed(plan, params, runtime=FailingOnce(2), work_dir=str(tmp_path), max_mem="64MB")
+        run_distributed(
+            plan, params, runtime=FailingOnce(2), work_dir=str(tmp_path), max_mem="64MB"
+        )
     run_distributed(plan, params, runtime=LocalRuntime(2), work_dir=str(tmp_path), max_mem="64MB")
     want = local_result(plan, era5, tmp_path / "local.zarr")
     np.testing.assert_allclose(zarr.open_array(str(target), mode="r")[...], want, rtol=1e-5)

@@ -3,6 +3,7 @@ Dask's own `compute()` and `to_zarr` with `chunkfuse.dask.enabled()`, on a 2-wor
 LocalCluster and on Dask's local scheduler: results equal the local engine's and Dask's,
 the engine's work runs as batches in the workers, callbacks' task counts add up, and a
 budget the workers cannot hold is refused before anything runs."""
+# ruff: noqa: F811  (the cluster fixture imported from cluster_fixtures and used as an argument)
 
 from __future__ import annotations
 

@@ -289,7 +289,14 @@ def test_a_job_run_in_batches_keeps_its_work_directory_on_s3(
         "name": "anomaly",
         "arrays": [{"id": "x", "zarr": url}],
         "ops": [
-            {"id": "m", "op": "reduce", "input": "x", "func": "mean", "axes": [0], "keepdims": True},
+            {
+                "id": "m",
+                "op": "reduce",
+                "input": "x",
+                "func": "mean",
+                "axes": [0],
+                "keepdims": True,
+            },
             {
                 "id": "a",
                 "op": "elementwise",

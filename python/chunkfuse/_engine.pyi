@@ -1,6 +1,7 @@
 """Type stubs of the engine's Python module (pyo3); `make lint` checks them against the built
 module with mypy's stubtest."""
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, final
 
@@ -13,6 +14,7 @@ __all__ = [
     "array_info",
     "run_chunk_function",
     "ArrayReader",
+    "Job",
     "set_io",
     "io_mode",
     "set_io_timeouts",
@@ -67,6 +69,34 @@ class ArrayReader:
     def read_into(
         self, starts: list[list[int]], shape: list[int], out: Any, threads: int = ...
     ) -> None: ...
+
+@final
+class Job:
+    @staticmethod
+    def prepare(
+        plan_json: str,
+        params: dict[str, str] = ...,
+        max_mem: int | None = ...,
+        threads: int = ...,
+        work_dir: str | os.PathLike[str] | None = ...,
+        device: str = ...,
+        spread: int = ...,
+    ) -> Job: ...
+    @staticmethod
+    def attach(
+        plan_json: str,
+        params: dict[str, str] = ...,
+        max_mem: int | None = ...,
+        threads: int = ...,
+        work_dir: str | os.PathLike[str] | None = ...,
+        device: str = ...,
+        spread: int = ...,
+    ) -> Job: ...
+    def stage_count(self) -> int: ...
+    def cut(self, stage: int, want: int) -> str: ...
+    def run_batch(self, stage: int, start: int, end: int) -> str: ...
+    def run_merge(self, stage: int, part: int, batches: list[tuple[int, int]]) -> str: ...
+    def finish(self) -> str: ...
 
 def set_io(mode: str) -> None: ...
 def io_mode() -> str: ...

@@ -270,9 +270,7 @@ class _Run:
             self.stats.native_tasks += node["primitive_op"].num_tasks
             handle_operation_end_callbacks(self.callbacks, name)
 
-    def _engine_run(
-        self, plan: str, budget: int, progress: TaskProgress | None
-    ) -> dict[str, Any]:
+    def _engine_run(self, plan: str, budget: int, progress: TaskProgress | None) -> dict[str, Any]:
         """Runs an engine plan here, or as batches on the runtime; returns its summary."""
         if self.runtime is None:
             return run_plan(
@@ -295,7 +293,9 @@ class _Run:
         )
         self.stats.batches += len(run.batches)
         for worker, peak in run.peak_rss().items():
-            self.stats.worker_peak_rss[worker] = max(self.stats.worker_peak_rss.get(worker, 0), peak)
+            self.stats.worker_peak_rss[worker] = max(
+                self.stats.worker_peak_rss.get(worker, 0), peak
+            )
         return {**run.summary, "stages": run.stages}
 
     def _run_in_python(self, ops: list[tuple[str, dict[str, Any]]], reason: str) -> None:

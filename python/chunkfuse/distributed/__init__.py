@@ -9,12 +9,13 @@ merged in a fixed order once the stage's batches are done. See docs/distributed.
 """
 
 from chunkfuse.distributed.batch import BatchFailed, BatchSpec, run_batch
-from chunkfuse.distributed.coordinator import DistributedRun, run_distributed
+from chunkfuse.distributed.coordinator import ClusterTooSmall, DistributedRun, run_distributed
 from chunkfuse.distributed.runtime import LocalRuntime, Runtime, WorkerShape
 
 __all__ = [
     "BatchFailed",
     "BatchSpec",
+    "ClusterTooSmall",
     "DistributedRun",
     "LocalRuntime",
     "Runtime",

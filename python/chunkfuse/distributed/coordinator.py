@@ -117,7 +117,9 @@ def run_distributed(
             for i, (s, e) in enumerate(batches)
         ]
         merges = [
-            BatchSpec(key, name, stage, i, len(cut["merges"]), 0, 0, cut["label"], part, tuple(batches))
+            BatchSpec(
+                key, name, stage, i, len(cut["merges"]), 0, 0, cut["label"], part, tuple(batches)
+            )
             for i, part in enumerate(cut["merges"])
         ]
         for round_specs in (specs, merges):

@@ -69,9 +69,7 @@ class DaskRuntime:
             batch_threads=self.batch_threads,
         )
 
-    def map(
-        self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str
-    ) -> Iterator[Out]:
+    def map(self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str) -> Iterator[Out]:
         from distributed import as_completed
 
         if not items:
@@ -92,7 +90,9 @@ class DaskRuntime:
             while len(finished) < len(items):
                 future = self._next(pending)
                 if future is None:
-                    self._back_up(fn, items, keys, started, durations, finished, backed_up, pending, index)
+                    self._back_up(
+                        fn, items, keys, started, durations, finished, backed_up, pending, index
+                    )
                     continue
                 i = index[future.key]
                 if i in finished:
@@ -136,7 +136,9 @@ class DaskRuntime:
             return future.result()
         except Exception as e:
             if self.client.status not in ("running", "connecting"):
-                raise LostCluster(f"dask: the client is {self.client.status} while {label} ran") from e
+                raise LostCluster(
+                    f"dask: the client is {self.client.status} while {label} ran"
+                ) from e
             raise
 
     def _back_up(
@@ -159,7 +161,9 @@ class DaskRuntime:
         for i in range(len(items)):
             if i in finished or i in backed_up or now - started[i] <= limit:
                 continue
-            copy = self.client.submit(fn, items[i], key=f"{keys[i]}-backup", pure=False, retries=self.retries)
+            copy = self.client.submit(
+                fn, items[i], key=f"{keys[i]}-backup", pure=False, retries=self.retries
+            )
             index[copy.key] = i
             pending.add(copy)
             backed_up.add(i)

@@ -46,9 +46,7 @@ class Runtime(Protocol):
         """The shape of the workers batches run on."""
         ...
 
-    def map(
-        self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str
-    ) -> Iterator[Out]:
+    def map(self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str) -> Iterator[Out]:
         """Runs `fn` on every item on the workers; yields the results as they complete."""
         ...
 
@@ -58,17 +56,17 @@ class LocalRuntime:
 
     name = "local"
 
-    def __init__(self, workers: int = 2, threads: int = 1, memory_limit: int | None = None):
+    def __init__(self, workers: int = 2, threads: int = 1, memory_limit: int | None = None) -> None:
         if workers < 1 or threads < 1:
-            raise ValueError(f"LocalRuntime: workers and threads must be at least 1, got {workers}, {threads}")
+            raise ValueError(
+                f"LocalRuntime: workers and threads must be at least 1, got {workers}, {threads}"
+            )
         self._shape = WorkerShape(workers, threads, memory_limit)
 
     def shape(self) -> WorkerShape:
         return self._shape
 
-    def map(
-        self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str
-    ) -> Iterator[Out]:
+    def map(self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str) -> Iterator[Out]:
         with ThreadPoolExecutor(self._shape.workers * self._shape.threads) as pool:
             futures = [pool.submit(fn, item) for item in items]
             try:
