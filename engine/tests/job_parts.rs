@@ -172,7 +172,7 @@ fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
     for at in 0..job.stage_count() {
         let layout = job.task_layout(at).unwrap();
         // One batch per task: the reduction's output chunks are split and merged.
-        let cut = cut_batches(&layout, layout.len());
+        let cut = cut_batches(&layout, layout.len(), 0);
         assert_eq!(cut.batches.len(), layout.len());
         // Last batch first, each in a job of its own, the first one twice (a retry).
         for b in cut.batches.iter().rev().chain(cut.batches.first()) {

@@ -144,14 +144,14 @@ impl PyJob {
     /// order) and `merges` (the output chunks of a reduction the batches split, merged once
     /// they have all run).
     fn cut(&self, py: Python<'_>, stage: usize, want: usize) -> PyResult<String> {
-        let (layout, label) = self.with_job(py, move |job| {
-            Ok((job.task_layout(stage)?, job.stage_label(stage)?))
+        let (tasks, cut, label) = self.with_job(py, move |job| {
+            let tasks = job.task_layout(stage)?.len();
+            Ok((tasks, job.cut(stage, want)?, job.stage_label(stage)?))
         })?;
-        let cut = run::cut_batches(&layout, want);
         let batches: Vec<[usize; 2]> = cut.batches.iter().map(|b| [b.start, b.end]).collect();
         json(&serde_json::json!({
             "label": label,
-            "tasks": layout.len(),
+            "tasks": tasks,
             "batches": batches,
             "merges": cut.merges,
         }))

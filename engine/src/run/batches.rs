@@ -18,8 +18,11 @@ pub struct BatchCut {
 }
 
 /// Cuts tasks `layout` (each its part and its work, in stage order; parts contiguous) into
-/// about `want` batches of about equal work.
-pub fn cut_batches(layout: &[(usize, usize)], want: usize) -> BatchCut {
+/// about `want` batches of about equal work. A stage with fewer parts than that (a
+/// reduction into few output chunks) is cut into `spread` batches instead when `spread` is
+/// smaller (one per batch running at once): every further batch is one more partial state
+/// to merge, and a batch per worker thread already keeps them all busy.
+pub fn cut_batches(layout: &[(usize, usize)], want: usize, spread: usize) -> BatchCut {
     let n = layout.len();
     if n == 0 {
         return BatchCut {
@@ -27,8 +30,12 @@ pub fn cut_batches(layout: &[(usize, usize)], want: usize) -> BatchCut {
             merges: Vec::new(),
         };
     }
-    let want = want.clamp(1, n);
     let part_starts: Vec<usize> = (1..n).filter(|&i| layout[i].0 != layout[i - 1].0).collect();
+    let want = match part_starts.len() + 1 < want && spread > 0 {
+        true => want.min(spread),
+        false => want,
+    }
+    .clamp(1, n);
     // Cut between parts when there are enough of them, else anywhere.
     let allowed: Vec<usize> = match part_starts.len() + 1 >= want {
         true => part_starts,
@@ -72,7 +79,7 @@ mod tests {
     #[test]
     fn many_parts_are_cut_between_parts() {
         let layout: Vec<(usize, usize)> = (0..10).map(|p| (p, 4)).collect();
-        let cut = cut_batches(&layout, 3);
+        let cut = cut_batches(&layout, 3, 0);
         assert_eq!(cut.batches, vec![0..3, 3..7, 7..10]);
         assert!(cut.merges.is_empty());
     }
@@ -80,16 +87,22 @@ mod tests {
     #[test]
     fn a_reduction_of_one_chunk_is_cut_between_tasks_and_merged() {
         let layout = vec![(0, 16); 8];
-        let cut = cut_batches(&layout, 4);
+        let cut = cut_batches(&layout, 4, 0);
         assert_eq!(cut.batches, vec![0..2, 2..4, 4..6, 6..8]);
         assert_eq!(cut.merges, vec![0]);
+        // One batch per batch running at once: two partial states to merge, not four.
+        let cut = cut_batches(&layout, 4, 2);
+        assert_eq!(cut.batches, vec![0..4, 4..8]);
+        // Enough parts: cut between them as wanted, whatever the spread.
+        let parts: Vec<(usize, usize)> = (0..8).map(|p| (p, 1)).collect();
+        assert_eq!(cut_batches(&parts, 4, 2).batches.len(), 4);
     }
 
     #[test]
     fn batches_cover_every_task_once_whatever_is_wanted() {
         let layout = vec![(0, 3), (0, 1), (1, 7), (2, 2), (2, 2), (2, 9)];
         for want in 0..10 {
-            let cut = cut_batches(&layout, want);
+            let cut = cut_batches(&layout, want, want % 3);
             let covered: Vec<usize> = cut.batches.iter().flat_map(|b| b.clone()).collect();
             assert_eq!(covered, (0..6).collect::<Vec<_>>(), "want {want}");
             assert!(cut.batches.iter().all(|b| !b.is_empty()));

@@ -246,6 +246,17 @@ impl Job {
         self.driver.task_layout(at)
     }
 
+    /// Cuts stage `at` into about `want` batches (see [`super::cut_batches`], with the
+    /// job's `RunOptions::spread`).
+    pub fn cut(&self, at: usize, want: usize) -> Result<super::BatchCut> {
+        let layout = self.task_layout(at)?;
+        Ok(super::cut_batches(
+            &layout,
+            want,
+            self.driver.engine().spread,
+        ))
+    }
+
     /// Runs the tasks `tasks` of stage `at` (see [`Driver::run_batch`]); returns their record.
     pub fn run_batch(&mut self, at: usize, tasks: Range<usize>) -> Result<StageRecord> {
         let record = self.driver.run_batch(at, tasks)?;

@@ -121,7 +121,7 @@ class DaskRuntime:
                 return next(pending)
             if pending.is_empty():
                 raise StopIteration
-            time.sleep(0.01)
+            time.sleep(0.002)
         return None
 
     def _result(self, future: Any, label: str) -> Any:

@@ -117,7 +117,11 @@ impl Driver {
         };
         let count = axes.iter().map(|&a| input.shape[a]).product();
         let sink = self.partial_sink(at)?;
-        let threads = self.engine.workers();
+        // A merge round runs alone after its stage's batches (most often one merge, of a
+        // reduction into one chunk): the chunk is encoded on the machine's cores.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .max(self.engine.workers());
         let result = (|| {
             let encoded = partials::merge_chunk(&out, &params, count, &idx, &sink, &cuts, threads)?;
             let key = out.chunk_key(&idx);

@@ -26,17 +26,26 @@ impl Writer {
         self.0.push(name.len() as u8);
         self.0.extend_from_slice(name.as_bytes());
     }
-    fn f64s(&mut self, v: &[f64]) {
+    /// Eight-byte values, little-endian (copied whole on a little-endian machine).
+    fn words<T: bytemuck::Pod>(&mut self, v: &[T], le: impl Fn(&T) -> [u8; 8]) {
         self.u64(v.len() as u64);
-        self.0.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        if cfg!(target_endian = "little") {
+            self.0.extend_from_slice(bytemuck::cast_slice(v));
+        } else {
+            self.0.reserve(v.len() * 8);
+            for x in v {
+                self.0.extend_from_slice(&le(x));
+            }
+        }
+    }
+    fn f64s(&mut self, v: &[f64]) {
+        self.words(v, |x| x.to_le_bytes())
     }
     fn i64s(&mut self, v: &[i64]) {
-        self.u64(v.len() as u64);
-        self.0.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        self.words(v, |x| x.to_le_bytes())
     }
     fn u64s(&mut self, v: &[u64]) {
-        self.u64(v.len() as u64);
-        self.0.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        self.words(v, |x| x.to_le_bytes())
     }
     fn bools(&mut self, v: &[bool]) {
         self.u64(v.len() as u64);
@@ -124,25 +133,26 @@ impl<'a> Reader<'a> {
         }
         Ok(n as usize)
     }
-    fn words(&mut self) -> Result<Vec<[u8; 8]>> {
+    /// Eight-byte values, little-endian, in one pass.
+    fn words<T>(&mut self, from_le: impl Fn([u8; 8]) -> T) -> Result<Vec<T>> {
         let n = self.count(8)?;
         let b = self.take(n * 8)?;
-        Ok(b.chunks_exact(8)
-            .map(|c| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(c);
-                a
-            })
-            .collect())
+        let mut out = Vec::with_capacity(n);
+        out.extend(b.chunks_exact(8).map(|c| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            from_le(a)
+        }));
+        Ok(out)
     }
     fn f64s(&mut self) -> Result<Vec<f64>> {
-        Ok(self.words()?.into_iter().map(f64::from_le_bytes).collect())
+        self.words(f64::from_le_bytes)
     }
     fn i64s(&mut self) -> Result<Vec<i64>> {
-        Ok(self.words()?.into_iter().map(i64::from_le_bytes).collect())
+        self.words(i64::from_le_bytes)
     }
     fn u64s(&mut self) -> Result<Vec<u64>> {
-        Ok(self.words()?.into_iter().map(u64::from_le_bytes).collect())
+        self.words(u64::from_le_bytes)
     }
     fn bools(&mut self) -> Result<Vec<bool>> {
         let n = self.count(1)?;
