@@ -167,7 +167,7 @@ fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
     let target = dir.path().join("batched.zarr");
     let plan = anomaly_plan(&source, &target);
     let opts = batched(dir.path());
-    let mut job = Job::prepare(&plan, &opts).unwrap();
+    let job = Job::prepare(&plan, &opts).unwrap();
     let mut merged = 0;
     for at in 0..job.stage_count() {
         let layout = job.task_layout(at).unwrap();

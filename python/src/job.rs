@@ -100,6 +100,7 @@ impl PyJob {
     /// at least that many groups where it has the pieces. Every process of a job must give
     /// the same options.
     #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, device="cpu", spread=0))]
     fn prepare(
         py: Python<'_>,
@@ -119,6 +120,7 @@ impl PyJob {
     /// run its batches. Creates and erases nothing: a target that is not the job's
     /// unfinished output (the job finished, or it was replaced) raises OSError.
     #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (plan_json, params=BTreeMap::new(), max_mem=None, threads=0, work_dir=None, device="cpu", spread=0))]
     fn attach(
         py: Python<'_>,

@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::batches::{cut_batches, BatchCut};
 use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
 use crate::error::Result;
@@ -246,15 +247,11 @@ impl Job {
         self.driver.task_layout(at)
     }
 
-    /// Cuts stage `at` into about `want` batches (see [`super::cut_batches`], with the
+    /// Cuts stage `at` into about `want` batches (see [`cut_batches`], with the
     /// job's `RunOptions::spread`).
-    pub fn cut(&self, at: usize, want: usize) -> Result<super::BatchCut> {
+    pub fn cut(&self, at: usize, want: usize) -> Result<BatchCut> {
         let layout = self.task_layout(at)?;
-        Ok(super::cut_batches(
-            &layout,
-            want,
-            self.driver.engine().spread,
-        ))
+        Ok(cut_batches(&layout, want, self.driver.engine().spread))
     }
 
     /// Runs the tasks `tasks` of stage `at` (see [`Driver::run_batch`]); returns their record.

@@ -11,6 +11,7 @@ import psutil
 from cubed.spec import Spec
 
 from chunkfuse.distributed.coordinator import ClusterTooSmall, batch_budget
+from chunkfuse.distributed.runtime import describe
 from chunkfuse.sizes import budget_bytes
 
 log = logging.getLogger("chunkfuse.cubed")
@@ -93,7 +94,7 @@ def batch_budget_of(spec: Spec | None, max_mem: Any, runtime: Any) -> Budget:
     else:
         wanted = explicit
     try:
-        budget = batch_budget(wanted, runtime.shape(), runtime)
+        budget = batch_budget(wanted, runtime.shape(), describe(runtime))
     except ClusterTooSmall as e:
         raise ValueError(f"RustExecutor: {e}") from e
     return Budget(budget, budget, explicit=explicit is not None)

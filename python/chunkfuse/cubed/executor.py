@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -270,7 +270,9 @@ class _Run:
             self.stats.native_tasks += node["primitive_op"].num_tasks
             handle_operation_end_callbacks(self.callbacks, name)
 
-    def _engine_run(self, plan: str, budget: int, progress: TaskProgress | None) -> dict[str, Any]:
+    def _engine_run(
+        self, plan: str | Mapping[str, Any], budget: int, progress: TaskProgress | None
+    ) -> dict[str, Any]:
         """Runs an engine plan here, or as batches on the runtime; returns its summary."""
         if self.runtime is None:
             return run_plan(

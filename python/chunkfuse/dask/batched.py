@@ -87,7 +87,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
     key = JobKey(
         plan=text,
         params=(),
-        max_mem=batch_budget(options.max_mem, shape, _Named("dask")),
+        max_mem=batch_budget(options.max_mem, shape, "chunkfuse.dask"),
         threads=shape.batch_threads,
         work_dir=base,
         device=options.device,
@@ -137,11 +137,6 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         elif isinstance(sym, Store):
             out[k] = Task(k, _after, None, TaskRef(finish))
     return out
-
-
-@dataclass(frozen=True)
-class _Named:
-    name: str
 
 
 def _refs(key: str | None) -> tuple[TaskRef, ...]:

@@ -47,9 +47,9 @@ class ClusterTooSmall(MemoryError):
     """A batch's budget is more than a runtime's workers offer one batch."""
 
 
-def batch_budget(max_mem: int | str | None, shape: WorkerShape, runtime: Runtime) -> int:
+def batch_budget(max_mem: int | str | None, shape: WorkerShape, who: str) -> int:
     """The budget of one batch: `max_mem`, or what the smallest worker offers a batch. A
-    budget larger than that is refused before anything runs."""
+    budget larger than that is refused before anything runs (`who` names the runtime)."""
     offered = shape.batch_memory()
     if max_mem is None:
         return int(offered * 0.75) if offered is not None else DEFAULT_BATCH_MEMORY
@@ -57,7 +57,7 @@ def batch_budget(max_mem: int | str | None, shape: WorkerShape, runtime: Runtime
     assert budget is not None
     if offered is not None and budget > offered:
         raise ClusterTooSmall(
-            f"{describe(runtime)}: a batch's budget of {budget} bytes does not fit its workers: "
+            f"{who}: a batch's budget of {budget} bytes does not fit its workers: "
             f"the smallest has a memory limit of {shape.memory_limit} bytes for "
             f"{shape.threads} thread(s), of which batches may use "
             f"{int(shape.memory_fraction * 100)}% ({offered} bytes each); lower max_mem or "
@@ -91,7 +91,7 @@ def run_distributed(
     started = time.perf_counter()
     text = plan if isinstance(plan, str) else json.dumps(plan)
     shape = runtime.shape()
-    budget = batch_budget(max_mem, shape, runtime)
+    budget = batch_budget(max_mem, shape, describe(runtime))
     compute_threads = threads if threads is not None else shape.batch_threads
     key = JobKey(
         plan=text,

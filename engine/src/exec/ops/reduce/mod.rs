@@ -260,17 +260,8 @@ pub fn tasks(
         let groups = split_groups(&reads, sizes);
         let chunk_tasks = first..first + groups.len();
         first = chunk_tasks.end;
-        // The groups the window holds, and where their state goes when that is not all.
-        let (held, sink) = match window {
-            None => (0..groups.len(), None),
-            Some(w) => match partials::cuts(&chunk_tasks, std::slice::from_ref(&w.tasks)).pop() {
-                None => continue,
-                Some(g) if g.len() == groups.len() => (g, None),
-                Some(g) => {
-                    let key = w.sink.key(&idx, &g);
-                    (g, Some((w.sink.store.clone(), key)))
-                }
-            },
+        let Some((held, sink)) = partials::held_groups(window, &chunk_tasks, &idx) else {
+            continue;
         };
         let shared = Arc::new(OutputChunk {
             idx: idx.clone(),
@@ -322,17 +313,7 @@ pub fn tasks(
             });
         }
     }
-    if let Some(w) = window {
-        if w.tasks.start > w.tasks.end || w.tasks.end > first {
-            return Err(crate::error::Error::new(
-                crate::error::ErrorKind::Value,
-                format!(
-                    "{label} has tasks 0..{first}; {:?} is not among them",
-                    w.tasks
-                ),
-            ));
-        }
-    }
+    partials::check_window(window, first, label)?;
     Ok((tasks, first))
 }
 

@@ -58,6 +58,40 @@ pub fn cuts(chunk_tasks: &Range<usize>, batches: &[Range<usize>]) -> Vec<Range<u
         .collect()
 }
 
+/// The groups of output chunk `idx` (the stage's tasks `chunk_tasks`) that `window` holds
+/// (all without one), and where their merged state goes when that is not all of them (the
+/// chunk is written otherwise); None when it holds none.
+#[allow(clippy::type_complexity)]
+pub fn held_groups(
+    window: Option<&Window>,
+    chunk_tasks: &Range<usize>,
+    idx: &[u64],
+) -> Option<(Range<usize>, Option<(Arc<dyn Store>, String)>)> {
+    let Some(w) = window else {
+        return Some((0..chunk_tasks.len(), None));
+    };
+    let held = cuts(chunk_tasks, std::slice::from_ref(&w.tasks)).pop()?;
+    if held.len() == chunk_tasks.len() {
+        return Some((held, None));
+    }
+    let key = w.sink.key(idx, &held);
+    Some((held, Some((w.sink.store.clone(), key))))
+}
+
+/// An error naming the stage's tasks when `window` is not among `tasks` of them.
+pub fn check_window(window: Option<&Window>, tasks: usize, label: &str) -> Result<()> {
+    match window {
+        Some(w) if w.tasks.start > w.tasks.end || w.tasks.end > tasks => Err(Error::new(
+            ErrorKind::Value,
+            format!(
+                "{label} has tasks 0..{tasks}; {:?} is not among them",
+                w.tasks
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Reads the partial states of output chunk `idx` (its groups cut at `cuts`, in order),
 /// merges them in that order and returns the chunk's encoded bytes (`None`: the fill value).
 pub fn merge_chunk(
