@@ -145,20 +145,22 @@ def test_local_runtime_and_results_independent_of_the_worker_count(
 
 class KillingRuntime:
     """DaskRuntime that kills (SIGKILL) the worker process that returned the `after`-th
-    result of the first round, while the round's other batches run or wait."""
+    result of the run (counted over its rounds), while other batches run or wait."""
 
     def __init__(self, runtime: DaskRuntime, after: int) -> None:
         self.runtime, self.after, self.name = runtime, after, "dask"
         self.killed: list[int] = []
+        self.seen = 0
 
     def shape(self) -> Any:
         return self.runtime.shape()
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], *, label: str) -> Iterator[Any]:
-        for i, result in enumerate(self.runtime.map(fn, items, label=label)):
-            if not self.killed and i == self.after:
+        for result in self.runtime.map(fn, items, label=label):
+            if not self.killed and self.seen == self.after:
                 os.kill(int(result["pid"]), signal.SIGKILL)
                 self.killed.append(int(result["pid"]))
+            self.seen += 1
             yield result
 
 
