@@ -31,11 +31,11 @@ pub fn cut_batches(layout: &[(usize, usize)], want: usize, spread: usize) -> Bat
         };
     }
     let part_starts: Vec<usize> = (1..n).filter(|&i| layout[i].0 != layout[i - 1].0).collect();
+    let want = want.clamp(1, n);
     let want = match part_starts.len() + 1 < want && spread > 0 {
         true => want.min(spread),
         false => want,
-    }
-    .clamp(1, n);
+    };
     // Cut between parts when there are enough of them, else anywhere.
     let allowed: Vec<usize> = match part_starts.len() + 1 >= want {
         true => part_starts,
@@ -96,6 +96,8 @@ mod tests {
         // Enough parts: cut between them as wanted, whatever the spread.
         let parts: Vec<(usize, usize)> = (0..8).map(|p| (p, 1)).collect();
         assert_eq!(cut_batches(&parts, 4, 2).batches.len(), 4);
+        // More batches wanted than there are tasks: one per task, each its own part.
+        assert_eq!(cut_batches(&parts, 100, 2).batches.len(), 8);
     }
 
     #[test]
