@@ -63,7 +63,10 @@ graphviz:
 
 # Cubed's and cubed-xarray's own test suites, with RustExecutor as every executor. They run in
 # a scratch directory because some of their tests write files into the current one.
-CUBED_SUITE := PYTHONPATH=$(CURDIR)/tests/cubed_suite $(CURDIR)/$(PY) -m pytest \
+# The virtual environment comes first on PATH: Cubed's Lithops tests start Lithops' localhost
+# workers with the `python` they find there.
+CUBED_SUITE := PATH=$(CURDIR)/$(VENV)/bin:$$PATH PYTHONPATH=$(CURDIR)/tests/cubed_suite \
+	$(CURDIR)/$(PY) -m pytest \
 	-p cubed_rust_plugin -q -p no:cacheprovider
 test-cubed: develop graphviz
 	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed.tests -W error::UserWarning
