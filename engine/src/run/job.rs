@@ -151,14 +151,7 @@ impl Job {
             Some(&work_root),
             Some((&fingerprint, opts.resume)),
         )?;
-        let outputs = physical
-            .materials
-            .iter()
-            .filter_map(|m| match &m.origin {
-                MaterialOrigin::Target { url, .. } => Some(url.clone()),
-                _ => None,
-            })
-            .collect();
+        let outputs = target_urls(&physical);
         let PhysicalPlan { materials, stages } = physical;
         let mut driver = Driver::new(engine, stages, arrays, resumed);
         if opts.batched {
@@ -203,14 +196,7 @@ impl Job {
         )?;
         // The groups, to complete them when this process finishes the job.
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
-        let outputs = physical
-            .materials
-            .iter()
-            .filter_map(|m| match &m.origin {
-                MaterialOrigin::Target { url, .. } => Some(url.clone()),
-                _ => None,
-            })
-            .collect();
+        let outputs = target_urls(&physical);
         let resumed = vec![false; physical.materials.len()];
         let PhysicalPlan { materials, stages } = physical;
         let driver = Driver::new(engine, stages, arrays, resumed)
@@ -322,6 +308,18 @@ impl Job {
     fn attached_by_others(&self) -> bool {
         self.driver.runs_in_batches()
     }
+}
+
+/// The URLs of a physical plan's targets.
+fn target_urls(physical: &PhysicalPlan) -> Vec<String> {
+    physical
+        .materials
+        .iter()
+        .filter_map(|m| match &m.origin {
+            MaterialOrigin::Target { url, .. } => Some(url.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The store of the partial states of a job run in batches: in its work directory.

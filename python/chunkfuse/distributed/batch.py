@@ -38,8 +38,8 @@ class JobKey:
     #: Batches that run at once: a reduction's output chunk is spread over that many groups.
     spread: int = 0
 
-    def attach(self) -> Any:
-        return _engine.Job.attach(
+    def _args(self) -> tuple[Any, ...]:
+        return (
             self.plan,
             dict(self.params),
             self.max_mem,
@@ -49,16 +49,13 @@ class JobKey:
             self.spread,
         )
 
+    def attach(self) -> Any:
+        """The job, opened in this process to run batches (see `_engine.Job.attach`)."""
+        return _engine.Job.attach(*self._args())
+
     def prepare(self) -> Any:
-        return _engine.Job.prepare(
-            self.plan,
-            dict(self.params),
-            self.max_mem,
-            self.threads,
-            self.work_dir,
-            self.device,
-            self.spread,
-        )
+        """The job, prepared: targets and work directory created (`_engine.Job.prepare`)."""
+        return _engine.Job.prepare(*self._args())
 
 
 @dataclass(frozen=True)
