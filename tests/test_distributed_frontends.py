@@ -20,7 +20,7 @@ import pytest
 import xarray as xr
 import zarr
 from chunkfuse.cubed import RustExecutor
-from cluster_fixtures import client  # noqa: F401
+from cluster_fixtures import client, remote_client  # noqa: F401
 from cubed.runtime.types import Callback
 from dask.callbacks import Callback as DaskCallback
 
@@ -146,3 +146,44 @@ def test_the_setting_works_with_the_local_schedulers(
         x.sum().compute(scheduler="sync")
     assert not any("chunkfuse" in k for k in keys.keys)
     assert dask.config.get("array_optimize", None) is None
+
+
+def test_a_cluster_without_workers_is_named_and_local_schedulers_ignore_it(
+    source: tuple[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default client whose cluster has no workers: `compute(scheduler="threads")` runs
+    on this machine's threads as asked, and a compute on the cluster says it has none."""
+    import chunkfuse.distributed.dask_runtime as dask_runtime
+
+    monkeypatch.setattr(dask_runtime, "WAIT_FOR_WORKERS_S", 0.5)
+    url, data = source
+    x = da.from_zarr(url)
+    empty = distributed.LocalCluster(
+        n_workers=0, processes=True, host="127.0.0.1", dashboard_address=":0"
+    )
+    with empty, distributed.Client(empty), chunkfuse.dask.enabled(work_dir=str(tmp_path)):
+        with Keys() as keys:
+            got = x.mean(axis=0).compute(scheduler="threads")
+        np.testing.assert_allclose(got, data.mean(axis=0), rtol=1e-5)
+        assert any("chunkfuse-batch" in k for k in keys.keys)
+        with pytest.raises(RuntimeError, match="has no workers"):
+            x.mean(axis=0).compute()
+    assert not any(tmp_path.iterdir()), "scratch left behind"
+
+
+def test_a_scheduler_in_its_own_process_rewrites_with_the_clients_options(
+    remote_client: Any, source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """dask.distributed materialises graphs on the scheduler; one in a process of its own
+    (as deployed) has none of the client's config, yet the batches use `enabled()`'s work
+    directory and spread over both workers."""
+    url, data = source
+    x = da.from_zarr(url)
+    work = tmp_path / "work"
+    with chunkfuse.dask.enabled(work_dir=str(work)), distributed.get_task_stream() as ts:
+        got = (x - x.mean(axis=0)).std(axis=0).compute()
+    np.testing.assert_allclose(got, data.astype("float64").std(axis=0), rtol=1e-4)
+    ran = {t["worker"] for t in ts.data if "chunkfuse-batch" in str(t["key"])}
+    assert len(ran) == 2, "the batches did not spread over both workers"
+    assert work.is_dir(), "the scheduler did not use enabled()'s work directory"
+    assert not any(work.iterdir()), "scratch or work left behind"

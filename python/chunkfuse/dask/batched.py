@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -51,19 +53,72 @@ class BatchedOptions:
     device: str = "cpu"
 
 
+def _local_scheduler_running() -> bool:
+    """Whether this graph is being materialised by one of Dask's local schedulers (threads,
+    sync, processes), which build it inside `dask.local.get_async` or
+    `dask.multiprocessing.get`, even when a distributed client is the default: a
+    `compute(scheduler="threads")` call runs here whatever clients exist."""
+    import dask.local
+    import dask.multiprocessing
+
+    local = {dask.local.get_async.__code__, dask.multiprocessing.get.__code__}
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in local:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _materialising_scheduler() -> Any | None:
+    """The dask.distributed scheduler in this process that is materialising a graph now
+    (it does so for every graph a client submits, in a thread of its own), or None: when
+    this process has no scheduler, or several are at it (then the default client decides)."""
+    scheduler_module = sys.modules.get("distributed.scheduler")
+    if scheduler_module is None:
+        return None
+    instances = getattr(scheduler_module.Scheduler, "_instances", ())
+    busy = [s for s in list(instances) if getattr(s, "_active_graph_updates", 0)]
+    return busy[0] if len(busy) == 1 else None
+
+
+def _scheduler_shape(scheduler: Any) -> WorkerShape:
+    """The shape of a scheduler's workers, read in its own process (a scheduler on another
+    machine has no client to ask), once one has joined."""
+    from chunkfuse.distributed import dask_runtime
+
+    deadline = time.monotonic() + dask_runtime.WAIT_FOR_WORKERS_S
+    while True:
+        workers = [(w.nthreads, w.memory_limit) for w in list(scheduler.workers.values())]
+        if workers:
+            return dask_runtime.shape_of(workers)
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"dask: the cluster at {scheduler.address} has no workers (waited "
+                f"{dask_runtime.WAIT_FOR_WORKERS_S:g} s); start or scale workers "
+                "(cluster.scale(n)) before computing, or compute with a local scheduler"
+            )
+        time.sleep(0.05)
+
+
 def _shape() -> WorkerShape:
-    """The workers batches will run on: the default distributed client's, else this
-    machine's threads (Dask's local schedulers)."""
-    try:
-        from distributed import default_client
+    """The workers batches will run on: this machine's threads when a local scheduler runs
+    the graph, else the distributed scheduler's workers (read in the scheduler materialising
+    the graph, or through the default client)."""
+    if not _local_scheduler_running():
+        scheduler = _materialising_scheduler()
+        if scheduler is not None:
+            return _scheduler_shape(scheduler)
+        try:
+            from distributed import default_client
 
-        client = default_client()
-    except (ImportError, ValueError):
-        client = None
-    if client is not None:
-        from chunkfuse.distributed.dask_runtime import DaskRuntime
+            client = default_client()
+        except (ImportError, ValueError):
+            client = None
+        if client is not None:
+            from chunkfuse.distributed.dask_runtime import DaskRuntime
 
-        return DaskRuntime(client).shape()
+            return DaskRuntime(client).shape()
     import psutil
 
     threads = default_threads()

@@ -1,13 +1,15 @@
 """The one setting that turns chunkfuse on for Dask's own `compute()`, on any scheduler
 (a `distributed.Client`'s cluster or Dask's local schedulers): Dask's optimisation hooks for
 arrays and delayed objects (`array_optimize`, `delayed_optimize`) rewrite each graph's native
-part into engine batches (see `batched`). Options are Dask config values under `chunkfuse.`."""
+part into engine batches (see `batched`). The options are `enabled()`'s arguments; they travel
+with each graph's optimiser, to the scheduler when dask.distributed materialises it there."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import dask
 import dask.array.optimization
@@ -16,24 +18,25 @@ import dask.delayed
 from .batched import BatchedOptions, rewrite
 
 
-def _options() -> BatchedOptions:
-    return BatchedOptions(
-        max_mem=dask.config.get("chunkfuse.max-mem", None),
-        work_dir=dask.config.get("chunkfuse.work-dir", None),
-        batches_per_worker=int(dask.config.get("chunkfuse.batches-per-worker", 4)),
-        device=str(dask.config.get("chunkfuse.device", "cpu")),
-    )
+@dataclass(frozen=True)
+class EngineOptimizer:
+    """Dask's own optimisation for one kind of collection (`array` or `delayed`: `to_zarr`
+    and `da.store` return delayed objects), then the graph's native part as engine batches.
 
+    Dask captures the optimiser when a collection is computed, on the client, and may run
+    it elsewhere: dask.distributed materialises graphs on the scheduler. The options travel
+    inside this object (it pickles by value), so a scheduler in another process, which has
+    none of the client's Dask config, rewrites with the user's settings."""
 
-def optimize_array(dsk: Any, keys: Any, **kwargs: Any) -> Any:
-    """Dask's array optimisation, then the native part as engine batches."""
-    return rewrite(dask.array.optimization.optimize(dsk, keys, **kwargs), keys, _options())
+    kind: Literal["array", "delayed"]
+    options: BatchedOptions
 
-
-def optimize_delayed(dsk: Any, keys: Any, **kwargs: Any) -> Any:
-    """Dask's delayed optimisation (`to_zarr` and `da.store` return delayed objects), then
-    the native part as engine batches."""
-    return rewrite(dask.delayed.optimize(dsk, keys, **kwargs), keys, _options())
+    def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        if self.kind == "array":
+            optimized = dask.array.optimization.optimize(dsk, keys, **kwargs)
+        else:
+            optimized = dask.delayed.optimize(dsk, keys, **kwargs)
+        return rewrite(optimized, keys, self.options)
 
 
 def _settings(
@@ -43,13 +46,10 @@ def _settings(
         raise ValueError(f"batches_per_worker must be at least 1, got {batches_per_worker}")
     if device not in ("cpu", "cuda", "auto"):
         raise ValueError(f"unknown device {device!r}: expected cpu, cuda or auto")
+    options = BatchedOptions(max_mem, work_dir, batches_per_worker, device)
     return {
-        "array_optimize": optimize_array,
-        "delayed_optimize": optimize_delayed,
-        "chunkfuse.max-mem": max_mem,
-        "chunkfuse.work-dir": work_dir,
-        "chunkfuse.batches-per-worker": batches_per_worker,
-        "chunkfuse.device": device,
+        "array_optimize": EngineOptimizer("array", options),
+        "delayed_optimize": EngineOptimizer("delayed", options),
         # Rechunks as Dask's tasks, which the engine recognises (a P2P shuffle it does not).
         "array.rechunk.method": "tasks",
     }

@@ -15,8 +15,27 @@ Item = TypeVar("Item")
 Out = TypeVar("Out")
 
 
+#: How long `shape()` waits for a first worker to join a cluster that has none.
+WAIT_FOR_WORKERS_S = 10.0
+
+
 class LostCluster(RuntimeError):
     """The client lost its scheduler (or was closed) while batches ran."""
+
+
+def shape_of(workers: Sequence[tuple[int, int | None]], batch_threads: int = 1) -> WorkerShape:
+    """The shape batches are sized for, from each worker's (threads, memory limit or None):
+    the fewest threads, and the memory of the worker that offers the least per thread."""
+    if not workers:
+        raise ValueError("no workers to size batches for")
+    threads = min(max(int(n), 1) for n, _ in workers)
+    _, limit = min(workers, key=lambda w: (w[1] or 1 << 62) / max(int(w[0]), 1))
+    return WorkerShape(
+        workers=len(workers),
+        threads=threads,
+        memory_limit=int(limit) if limit else None,
+        batch_threads=batch_threads,
+    )
 
 
 class DaskRuntime:
@@ -47,26 +66,36 @@ class DaskRuntime:
 
     def shape(self) -> WorkerShape:
         try:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        except TypeError:  # older distributed: no n_workers argument
-            workers = self.client.scheduler_info()["workers"]
+            workers = self._workers()
         except Exception as e:
             raise LostCluster(f"dask: cannot reach the scheduler: {e}") from e
         if not workers:
-            raise RuntimeError("dask: the cluster has no workers")
-        threads = min(int(w.get("nthreads", 1)) for w in workers.values())
-        limits = [int(w["memory_limit"]) for w in workers.values() if w.get("memory_limit")]
-        # Per thread, the smallest worker's memory decides.
-        smallest = min(
-            workers.values(),
-            key=lambda w: (w.get("memory_limit") or 1 << 62) / max(int(w.get("nthreads", 1)), 1),
+            workers = self._wait_for_workers()
+        return shape_of(
+            [(int(w.get("nthreads", 1)), w.get("memory_limit")) for w in workers.values()],
+            self.batch_threads,
         )
-        limit = int(smallest["memory_limit"]) if limits and smallest.get("memory_limit") else None
-        return WorkerShape(
-            workers=len(workers),
-            threads=max(threads, 1),
-            memory_limit=limit,
-            batch_threads=self.batch_threads,
+
+    def _workers(self) -> dict[str, Any]:
+        try:
+            return dict(self.client.scheduler_info(n_workers=-1)["workers"])
+        except TypeError:  # older distributed: no n_workers argument
+            return dict(self.client.scheduler_info()["workers"])
+
+    def _wait_for_workers(self) -> dict[str, Any]:
+        """The cluster's workers once one has joined (a cluster that is starting), or a
+        clear error after `WAIT_FOR_WORKERS_S` seconds."""
+        try:
+            self.client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
+            return self._workers()
+        except TimeoutError:
+            pass
+        except Exception as e:
+            raise LostCluster(f"dask: cannot reach the scheduler: {e}") from e
+        raise RuntimeError(
+            f"dask: the cluster at {self.client.scheduler.address} has no workers "
+            f"(waited {WAIT_FOR_WORKERS_S:g} s); start or scale workers (cluster.scale(n)) "
+            "before computing, or compute with a local scheduler"
         )
 
     def map(self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str) -> Iterator[Out]:
