@@ -269,3 +269,77 @@ def test_a_run_interrupted_by_a_failure_resumes(client: Any, era5: Path, tmp_pat
     run_distributed(plan, params, runtime=LocalRuntime(2), work_dir=str(tmp_path), max_mem="64MB")
     want = local_result(plan, era5, tmp_path / "local.zarr")
     np.testing.assert_allclose(zarr.open_array(str(target), mode="r")[...], want, rtol=1e-5)
+
+
+CTRL_C_CHILD = """
+import sys
+import distributed
+from chunkfuse.distributed import run_distributed
+from chunkfuse.distributed.dask_runtime import DaskRuntime
+
+plan, source, target, work = sys.argv[1:5]
+said = []
+
+
+def progress(done, total):
+    if not said:
+        said.append(1)
+        print("mid-run", flush=True)
+
+
+if __name__ == "__main__":
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0"
+    ) as cluster, distributed.Client(cluster) as c:
+        try:
+            run_distributed(plan, {"source": source, "target": target}, runtime=DaskRuntime(c),
+                            work_dir=work, max_mem="64MB", batches_per_worker=64,
+                            progress=progress)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            raise
+        print("finished", flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_distributed_run_and_a_rerun_finishes_it(tmp_path: Path) -> None:
+    """SIGINT while batches run on a cluster: the coordinator stops at once (its pending
+    batches cancelled, the cluster closed), and a rerun finishes the job exactly."""
+    data = np.random.default_rng(5).standard_normal((256, 91, 180)).astype("float32")
+    source = str(tmp_path / "x.zarr")
+    zarr.create_array(source, shape=data.shape, chunks=(1, 91, 180), dtype="float32")[...] = data
+    plan = reduce_plan("var")
+    target, work = str(tmp_path / "out.zarr"), str(tmp_path / "work")
+    script = tmp_path / "child.py"
+    script.write_text(CTRL_C_CHILD)
+    child = subprocess.Popen(
+        [sys.executable, str(script), plan, source, target, work],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert child.stdout is not None
+    lines = []
+    for line in child.stdout:
+        lines.append(line)
+        if line.startswith("mid-run"):
+            child.send_signal(signal.SIGINT)
+            break
+    try:
+        rest, _ = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        pytest.fail("the run did not stop within 60 s of Ctrl-C")
+    said = "".join(lines) + rest
+    assert "interrupted" in said and "finished" not in said, said[-3000:]
+    assert child.returncode != 0
+    run_distributed(
+        plan,
+        {"source": source, "target": target},
+        runtime=LocalRuntime(2),
+        work_dir=work,
+        max_mem="64MB",
+    )
+    got = zarr.open_array(target, mode="r")[...]
+    np.testing.assert_allclose(got, data.astype("float64").var(axis=0), rtol=1e-4, atol=1e-6)
+    assert not any(Path(work).iterdir()), "the interrupted job's work was left behind"
