@@ -214,3 +214,60 @@ fn batches_out_of_range_and_merges_without_states_are_refused() {
     assert!(err.contains("partial state of groups 0..1"), "{err}");
     assert!(err.contains("missing"), "{err}");
 }
+
+#[test]
+fn the_batch_that_completes_a_split_chunk_merges_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("x.zarr");
+    make_source(&source);
+    let whole = dir.path().join("whole.zarr");
+    run_plan(&anomaly_plan(&source, &whole), &options(dir.path())).unwrap();
+
+    let target = dir.path().join("batched.zarr");
+    let plan = anomaly_plan(&source, &target);
+    let opts = batched(dir.path());
+    let job = Job::prepare(&plan, &opts).unwrap();
+    let mut merged_by_batches = 0;
+    for at in 0..job.stage_count() {
+        let layout = job.task_layout(at).unwrap();
+        let cut = cut_batches(&layout, layout.len(), 0);
+        let mut merged = Vec::new();
+        for (i, b) in cut.batches.iter().enumerate() {
+            let mut worker = Job::attach(&plan, &opts).unwrap();
+            let (record, parts) = worker
+                .run_batch_merging(at, b.clone(), &cut.batches)
+                .unwrap();
+            assert_eq!(record.tasks, b.len() as u64);
+            // In order, a split chunk's last batch finds every state and merges it; the
+            // batches before it find one missing.
+            for &part in &parts {
+                let (first, last) = (
+                    layout.iter().position(|t| t.0 == part).unwrap(),
+                    layout.iter().rposition(|t| t.0 == part).unwrap(),
+                );
+                assert!(
+                    b.contains(&last) && !b.contains(&first),
+                    "batch {i}: {parts:?}"
+                );
+            }
+            merged.extend(parts);
+        }
+        merged.sort_unstable();
+        assert_eq!(merged, cut.merges, "stage {at}");
+        merged_by_batches += merged.len();
+        // A range that is not one of the batches is refused before it runs.
+        if let Some(b) = cut.batches.first() {
+            let mut worker = Job::attach(&plan, &opts).unwrap();
+            let wider = b.start..b.end + 1;
+            let err = worker
+                .run_batch_merging(at, wider, &cut.batches)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("not one of the batches"), "{err}");
+        }
+    }
+    assert!(merged_by_batches > 0, "no output chunk was split");
+    drop(job);
+    Job::attach(&plan, &opts).unwrap().finish().unwrap();
+    assert_close(&chunks_of(&target), &chunks_of(&whole));
+}

@@ -160,16 +160,32 @@ impl PyJob {
     }
 
     /// Runs tasks `start..end` of stage `stage`; returns their stage record as JSON text.
-    /// Running a batch again writes the same chunks.
+    /// Running a batch again writes the same chunks. With `cut` (the stage's batches, this
+    /// one among them), it then merges the reduction output chunks it split whose partial
+    /// states are all written, and the record's `merged` lists them (parts).
+    #[pyo3(signature = (stage, start, end, cut=None))]
     fn run_batch(
         &self,
         py: Python<'_>,
         stage: usize,
         start: usize,
         end: usize,
+        cut: Option<Vec<(usize, usize)>>,
     ) -> PyResult<String> {
-        let record = self.with_job(py, move |job| job.run_batch(stage, start..end))?;
-        json(&record)
+        let Some(cut) = cut else {
+            let record = self.with_job(py, move |job| job.run_batch(stage, start..end))?;
+            return json(&record);
+        };
+        let ranges: Vec<_> = cut.into_iter().map(|(s, e)| s..e).collect();
+        let (record, merged) = self.with_job(py, move |job| {
+            job.run_batch_merging(stage, start..end, &ranges)
+        })?;
+        let mut out =
+            serde_json::to_value(&record).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        if let Some(fields) = out.as_object_mut() {
+            fields.insert("merged".to_owned(), merged.into());
+        }
+        json(&out)
     }
 
     /// Merges the partial states that `batches` (the stage's cut) left for output chunk

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::batches::{cut_batches, BatchCut};
 use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::exec::driver::{
     attach_materials, open_materials, Driver, RunOptions, RunSummary, StageRecord,
 };
@@ -245,6 +245,30 @@ impl Job {
         let record = self.driver.run_batch(at, tasks)?;
         self.records.push(record.clone());
         Ok(record)
+    }
+
+    /// Runs the batch `tasks` of stage `at`, one of the stage's batches `batches`, then
+    /// merges the reduction output chunks it split whose partial states are all written by
+    /// now (see [`Driver::ready_merges`]); returns the batch's record and those chunks
+    /// (parts), which the merge round can skip.
+    pub fn run_batch_merging(
+        &mut self,
+        at: usize,
+        tasks: Range<usize>,
+        batches: &[Range<usize>],
+    ) -> Result<(StageRecord, Vec<usize>)> {
+        if !batches.contains(&tasks) {
+            return Err(Error::new(
+                ErrorKind::Value,
+                format!("stage {at}: tasks {tasks:?} are not one of the batches {batches:?}"),
+            ));
+        }
+        let record = self.run_batch(at, tasks.clone())?;
+        let ready = self.driver.ready_merges(at, &tasks, batches)?;
+        for &part in &ready {
+            self.run_merge(at, part, batches)?;
+        }
+        Ok((record, ready))
     }
 
     /// Merges the partial states the batches `batches` of reduce stage `at` left for its

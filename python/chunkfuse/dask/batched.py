@@ -29,7 +29,7 @@ import zarr
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.core import flatten
 
-from chunkfuse.distributed.batch import BatchSpec, JobKey, run_batch
+from chunkfuse.distributed.batch import BatchSpec, JobKey, merged_by_batches, run_batch
 from chunkfuse.distributed.coordinator import batch_budget
 from chunkfuse.distributed.runtime import WorkerShape, default_threads
 
@@ -157,8 +157,9 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         cut = json.loads(job.cut(stage, want))
         batches = [tuple(b) for b in cut["batches"]]
         names = []
+        given = tuple(batches) if cut["merges"] else ()
         for i, (s, e) in enumerate(batches):
-            spec = BatchSpec(key, "dask", stage, i, len(batches), s, e, cut["label"])
+            spec = BatchSpec(key, "dask", stage, i, len(batches), s, e, cut["label"], None, given)
             name = f"chunkfuse-batch-{token}-{stage}-{i}"
             out[name] = Task(name, _run_after, spec, *_refs(barrier))
             names.append(name)
@@ -198,8 +199,11 @@ def _refs(key: str | None) -> tuple[TaskRef, ...]:
     return () if key is None else (TaskRef(key),)
 
 
-def _run_after(spec: BatchSpec, *_before: Any) -> dict[str, Any]:
-    """Runs a batch once what it waits for has run."""
+def _run_after(spec: BatchSpec, *before: Any) -> dict[str, Any]:
+    """Runs a batch once what it waits for has run; a merge that one of the batches before
+    it did already (see `BatchSpec`) is not run again."""
+    if spec.merge is not None and spec.merge in merged_by_batches(before):
+        return {"stage": spec.stage, "merge": spec.merge, "tasks": 0, "merged": []}
     return run_batch(spec)
 
 

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +61,9 @@ class JobKey:
 @dataclass(frozen=True)
 class BatchSpec:
     """One batch: tasks `start..end` of stage `stage` of the job `job` (`merge` set: the
-    merge of reduction output chunk `merge` from the partial states the stage's `cut` left)."""
+    merge of reduction output chunk `merge` from the partial states the stage's `cut` left).
+    A batch given its stage's `cut` merges, after its tasks, the output chunks it split whose
+    partial states are all written; its summary's `merged` lists them."""
 
     job: JobKey
     name: str
@@ -124,15 +126,22 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def merged_by_batches(summaries: Iterable[Any]) -> set[int]:
+    """The output chunks (parts) the batches whose `summaries` these are merged themselves:
+    the merge round skips them."""
+    return {int(p) for s in summaries if isinstance(s, Mapping) for p in s.get("merged", ())}
+
+
 def run_batch(spec: BatchSpec) -> dict[str, Any]:
-    """Runs one batch in this process; returns its summary: the stage record's counts plus
-    `seconds`, `peak_rss` (this process's peak so far, bytes), `pid` and `host`. A failure
+    """Runs one batch in this process; returns its summary: the stage record's counts,
+    `merged` (see `BatchSpec`), `seconds`, `peak_rss` (this process's peak so far, bytes),
+    `pid` and `host`. A failure
     raises `BatchFailed` naming the job, stage, batch and tasks, with the engine's error."""
     started = time.perf_counter()
     try:
         with _attached(spec.job) as job:
             if spec.merge is None:
-                record = job.run_batch(spec.stage, spec.start, spec.end)
+                record = job.run_batch(spec.stage, spec.start, spec.end, list(spec.cut) or None)
             else:
                 record = job.run_merge(spec.stage, spec.merge, list(spec.cut))
     except KeyboardInterrupt:
@@ -149,6 +158,7 @@ def run_batch(spec: BatchSpec) -> dict[str, Any]:
         "decoded_bytes": out.get("decoded_bytes", 0),
         "bytes_written": out.get("bytes_written", 0),
         "largest_task_bytes": out.get("largest_task_bytes", 0),
+        "merged": list(out.get("merged", [])),
         "seconds": time.perf_counter() - started,
         "peak_rss": peak_rss_bytes(),
         "pid": os.getpid(),

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunkfuse.distributed.batch import BatchSpec, JobKey, run_batch
+from chunkfuse.distributed.batch import BatchSpec, JobKey, merged_by_batches, run_batch
 from chunkfuse.distributed.runtime import Runtime, WorkerShape, describe
 from chunkfuse.sizes import budget_bytes
 
@@ -112,31 +112,38 @@ def run_distributed(
         cut = json.loads(job.cut(stage, want))
         total += int(cut["tasks"])
         batches = [tuple(b) for b in cut["batches"]]
+        # With the stage's cut, the batch that finds a split chunk's states all written
+        # merges it; the merge round has the chunks none did.
+        given = tuple(batches) if cut["merges"] else ()
         specs = [
-            BatchSpec(key, name, stage, i, len(batches), s, e, cut["label"])
+            BatchSpec(key, name, stage, i, len(batches), s, e, cut["label"], None, given)
             for i, (s, e) in enumerate(batches)
         ]
+        results = []
+        label = f"chunkfuse-{name}-stage{stage}"
+        for result in runtime.map(run_batch, specs, label=label):
+            results.append(result)
+            done += int(result["tasks"])
+            if progress is not None:
+                progress(done, total)
+        merged = merged_by_batches(results)
         merges = [
             BatchSpec(
                 key, name, stage, i, len(cut["merges"]), 0, 0, cut["label"], part, tuple(batches)
             )
             for i, part in enumerate(cut["merges"])
+            if part not in merged
         ]
-        for round_specs in (specs, merges):
-            label = f"chunkfuse-{name}-stage{stage}" + ("-merge" if round_specs is merges else "")
-            for result in runtime.map(run_batch, round_specs, label=label):
-                run.batches.append(result)
-                if result["merge"] is None:
-                    done += int(result["tasks"])
-                    if progress is not None:
-                        progress(done, total)
+        results.extend(runtime.map(run_batch, merges, label=f"{label}-merge"))
+        run.batches.extend(results)
         run.stages.append(
             {
                 "stage": stage,
                 "label": cut["label"],
                 "tasks": cut["tasks"],
                 "batches": len(specs),
-                "merges": len(merges),
+                "merges": len(cut["merges"]),
+                "merged_by_batches": len(merged),
                 "seconds": time.perf_counter() - stage_started,
             }
         )

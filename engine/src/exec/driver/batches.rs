@@ -136,6 +136,55 @@ impl Driver {
         self.end(stage, before, record, result)
     }
 
+    /// The output chunks (parts) of reduce stage `at` that the batch `tasks` holds only some
+    /// groups of and whose partial states, as the stage's batches `batches` cut them, are all
+    /// written: after its tasks, a batch that finds every state of a chunk merges it (two
+    /// batches that finish together may both do so; they write the same bytes), and the
+    /// merge round is left the chunks no batch found complete. Empty for other stages.
+    pub fn ready_merges(
+        &self,
+        at: usize,
+        tasks: &Range<usize>,
+        batches: &[Range<usize>],
+    ) -> Result<Vec<usize>> {
+        let stages = self.stage(at)?;
+        let Stage::Reduce { out, .. } = &stages[at] else {
+            return Ok(Vec::new());
+        };
+        let layout = self.task_layout(at)?;
+        let sink = self.partial_sink(at)?;
+        let out = &self.arrays[*out];
+        let indices = out.grid().chunk_indices();
+        let mut ready = Vec::new();
+        let mut first = 0;
+        while first < layout.len() {
+            let part = layout[first].0;
+            let end = first + layout[first..].iter().take_while(|t| t.0 == part).count();
+            let chunk_tasks = first..end;
+            first = end;
+            let touched = chunk_tasks.start < tasks.end && tasks.start < chunk_tasks.end;
+            let whole = tasks.start <= chunk_tasks.start && chunk_tasks.end <= tasks.end;
+            if !touched || whole {
+                continue;
+            }
+            let idx = indices
+                .get(part)
+                .ok_or_else(|| Error::internal("a reduction part without its output chunk"))?;
+            let mut complete = true;
+            for groups in partials::cuts(&chunk_tasks, batches) {
+                let key = sink.key(idx, &groups);
+                if sink.store.size_of(&key).chunk_ctx(&key)?.is_none() {
+                    complete = false;
+                    break;
+                }
+            }
+            if complete {
+                ready.push(part);
+            }
+        }
+        Ok(ready)
+    }
+
     /// Where stage `at` leaves partial states.
     fn partial_sink(&self, at: usize) -> Result<PartialSink> {
         let store = self.partials.clone().ok_or_else(|| {
