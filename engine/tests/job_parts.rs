@@ -156,18 +156,47 @@ fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>]) {
     }
 }
 
-#[test]
-fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
+/// A prepared batched anomaly job over a fresh source, the target it writes and the chunks
+/// a whole run of the same plan writes.
+struct BatchedJob {
+    _dir: tempfile::TempDir,
+    plan: Plan,
+    opts: RunOptions,
+    job: Job,
+    target: std::path::PathBuf,
+    whole: Vec<Vec<f32>>,
+}
+
+fn batched_job() -> BatchedJob {
     let dir = tempfile::tempdir().unwrap();
     let source = dir.path().join("x.zarr");
     make_source(&source);
     let whole = dir.path().join("whole.zarr");
     run_plan(&anomaly_plan(&source, &whole), &options(dir.path())).unwrap();
-
     let target = dir.path().join("batched.zarr");
     let plan = anomaly_plan(&source, &target);
     let opts = batched(dir.path());
     let job = Job::prepare(&plan, &opts).unwrap();
+    BatchedJob {
+        whole: chunks_of(&whole),
+        _dir: dir,
+        plan,
+        opts,
+        job,
+        target,
+    }
+}
+
+#[test]
+fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
+    let BatchedJob {
+        _dir,
+        plan,
+        opts,
+        job,
+        target,
+        whole,
+    } = batched_job();
     let mut merged = 0;
     for at in 0..job.stage_count() {
         let layout = job.task_layout(at).unwrap();
@@ -190,7 +219,7 @@ fn stages_run_in_batches_by_attached_jobs_write_what_a_whole_run_writes() {
     // Any process may finish the job once its batches have run: here an attached one.
     drop(job);
     Job::attach(&plan, &opts).unwrap().finish().unwrap();
-    assert_close(&chunks_of(&target), &chunks_of(&whole));
+    assert_close(&chunks_of(&target), &whole);
     // The job is finished: a late batch attaches to nothing and writes nothing.
     let err = Job::attach(&plan, &opts).err().unwrap().to_string();
     assert!(err.contains("is not the unfinished output of job"), "{err}");
@@ -217,16 +246,14 @@ fn batches_out_of_range_and_merges_without_states_are_refused() {
 
 #[test]
 fn the_batch_that_completes_a_split_chunk_merges_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("x.zarr");
-    make_source(&source);
-    let whole = dir.path().join("whole.zarr");
-    run_plan(&anomaly_plan(&source, &whole), &options(dir.path())).unwrap();
-
-    let target = dir.path().join("batched.zarr");
-    let plan = anomaly_plan(&source, &target);
-    let opts = batched(dir.path());
-    let job = Job::prepare(&plan, &opts).unwrap();
+    let BatchedJob {
+        _dir,
+        plan,
+        opts,
+        job,
+        target,
+        whole,
+    } = batched_job();
     let mut merged_by_batches = 0;
     for at in 0..job.stage_count() {
         let layout = job.task_layout(at).unwrap();
@@ -269,5 +296,5 @@ fn the_batch_that_completes_a_split_chunk_merges_it() {
     assert!(merged_by_batches > 0, "no output chunk was split");
     drop(job);
     Job::attach(&plan, &opts).unwrap().finish().unwrap();
-    assert_close(&chunks_of(&target), &chunks_of(&whole));
+    assert_close(&chunks_of(&target), &whole);
 }
