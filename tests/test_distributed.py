@@ -348,3 +348,37 @@ def test_ctrl_c_stops_a_distributed_run_and_a_rerun_finishes_it(tmp_path: Path) 
     got = zarr.open_array(target, mode="r")[...]
     np.testing.assert_allclose(got, data.astype("float64").var(axis=0), rtol=1e-4, atol=1e-6)
     assert not any(Path(work).iterdir()), "the interrupted job's work was left behind"
+
+
+def test_a_rechunk_one_process_reads_in_bands_is_planned_to_fit_each_batch(
+    tmp_path: Path,
+) -> None:
+    """Bands (the source held a band at a time for all of a stage's tasks) only serve a
+    stage run whole in one process: at a budget where the local engine reads the ERA5
+    rechunk in bands, a batched job plans tasks that each fit (and batches read no bands)."""
+    source = tmp_path / "era5-16.zarr"
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_era5.py"), str(source), "--time", "16"],
+        check=True,
+        capture_output=True,
+    )
+    plan = (REPO / "plans" / "era5-rechunk.json").read_text()
+    local = chunkfuse.run_plan(
+        plan,
+        {"source": str(source), "target": str(tmp_path / "local.zarr")},
+        max_mem="64MB",
+        threads=1,
+    )
+    assert [s["strategy"] for s in local["stages"]] == ["bands"], local["stages"]
+    target = tmp_path / "dist.zarr"
+    run_distributed(
+        plan,
+        {"source": str(source), "target": str(target)},
+        runtime=LocalRuntime(2),
+        work_dir=str(tmp_path / "work"),
+        max_mem="64MB",
+        threads=1,
+    )
+    got = zarr.open_array(str(target), mode="r")
+    assert got.chunks == zarr.open_array(str(tmp_path / "local.zarr"), mode="r").chunks
+    np.testing.assert_array_equal(got[...], zarr.open_array(str(source), mode="r")[...])
