@@ -110,14 +110,22 @@ def test_dask_compute_and_to_zarr_on_a_cluster_run_engine_batches(
     assert not any((tmp_path / "work").iterdir()), "scratch or work left behind"
 
 
+@pytest.mark.parametrize("cluster", ["client", "remote_client"])
 def test_xarray_to_zarr_with_the_setting_reopens_equal(
-    client: Any, source: tuple[str, np.ndarray], tmp_path: Path
+    cluster: str, source: tuple[str, np.ndarray], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """On a LocalCluster, and with the scheduler in a process of its own."""
+    on = request.getfixturevalue(cluster)
     url, data = source
     ds = xr.Dataset({"t": (("time", "lat", "lon"), da.from_zarr(url))})
-    with chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")):
+    with (
+        on.as_current(),
+        chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")),
+        distributed.get_task_stream(on) as ts,
+    ):
         out = (ds - ds.mean("time")).rename({"t": "anomaly"})
         out.to_zarr(str(tmp_path / "out.zarr"), mode="w")
+    assert any("chunkfuse-batch" in str(t["key"]) for t in ts.data), "no engine batch ran"
     back = xr.open_zarr(str(tmp_path / "out.zarr"))
     np.testing.assert_allclose(back["anomaly"].values, data - data.mean(axis=0), atol=1e-3)
 
@@ -180,7 +188,11 @@ def test_a_scheduler_in_its_own_process_rewrites_with_the_clients_options(
     url, data = source
     x = da.from_zarr(url)
     work = tmp_path / "work"
-    with chunkfuse.dask.enabled(work_dir=str(work)), distributed.get_task_stream() as ts:
+    with (
+        remote_client.as_current(),
+        chunkfuse.dask.enabled(work_dir=str(work)),
+        distributed.get_task_stream(remote_client) as ts,
+    ):
         got = (x - x.mean(axis=0)).std(axis=0).compute()
     np.testing.assert_allclose(got, data.astype("float64").std(axis=0), rtol=1e-4)
     ran = {t["worker"] for t in ts.data if "chunkfuse-batch" in str(t["key"])}
