@@ -350,12 +350,10 @@ def test_ctrl_c_stops_a_distributed_run_and_a_rerun_finishes_it(tmp_path: Path) 
     assert not any(Path(work).iterdir()), "the interrupted job's work was left behind"
 
 
-def test_a_rechunk_one_process_reads_in_bands_is_planned_to_fit_each_batch(
-    tmp_path: Path,
-) -> None:
-    """Bands (the source held a band at a time for all of a stage's tasks) only serve a
-    stage run whole in one process: at a budget where the local engine reads the ERA5
-    rechunk in bands, a batched job plans tasks that each fit (and batches read no bands)."""
+def test_a_rechunk_read_in_bands_runs_a_batch_per_band_group(tmp_path: Path) -> None:
+    """At a budget where the local engine reads the ERA5 rechunk in bands (the source held a
+    band of rows at a time for all the tasks that read it), each batch is whole band groups
+    and holds their bands as the whole run does; a range that cuts a group is refused."""
     source = tmp_path / "era5-16.zarr"
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_era5.py"), str(source), "--time", "16"],
@@ -371,7 +369,7 @@ def test_a_rechunk_one_process_reads_in_bands_is_planned_to_fit_each_batch(
     )
     assert [s["strategy"] for s in local["stages"]] == ["bands"], local["stages"]
     target = tmp_path / "dist.zarr"
-    run_distributed(
+    run = run_distributed(
         plan,
         {"source": str(source), "target": str(target)},
         runtime=LocalRuntime(2),
@@ -379,6 +377,18 @@ def test_a_rechunk_one_process_reads_in_bands_is_planned_to_fit_each_batch(
         max_mem="64MB",
         threads=1,
     )
+    (stage,) = run.stages
+    assert stage["batches"] >= 2 and stage["merges"] == 0, stage
     got = zarr.open_array(str(target), mode="r")
     assert got.chunks == zarr.open_array(str(tmp_path / "local.zarr"), mode="r").chunks
     np.testing.assert_array_equal(got[...], zarr.open_array(str(source), mode="r")[...])
+    job = chunkfuse._engine.Job.prepare(
+        plan,
+        {"source": str(source), "target": str(tmp_path / "cut.zarr")},
+        64_000_000,
+        1,
+        str(tmp_path / "work"),
+    )
+    first = json.loads(job.cut(0, 8))["batches"][0]
+    with pytest.raises(ValueError, match="whole band groups"):
+        job.run_batch(0, first[0], first[1] - 1)

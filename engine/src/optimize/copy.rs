@@ -107,9 +107,6 @@ fn banded_copy(
     stream: Option<&Codec>,
     opts: PlanOptions,
 ) -> Option<Fused> {
-    if !opts.bands {
-        return None;
-    }
     let mat = src.plain_material()?;
     let leaf = src.plain_leaf(materials[out].dtype)?;
     let MaterialOrigin::Source(arr) = &materials[mat].origin else {

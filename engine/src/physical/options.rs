@@ -12,7 +12,4 @@ pub struct PlanOptions {
     /// Batches of a job run in batches that run at once (0: it runs in one process): a
     /// stage of blocks is cut into at least that many tasks where its output allows.
     pub spread: usize,
-    /// Whether a stage may read its source in bands held for all its tasks: only a stage
-    /// run whole in one process does (a job run in batches plans without them).
-    pub bands: bool,
 }

@@ -24,24 +24,18 @@ fn plan_checked(
             threads: engine.scheduler.threads(),
             batch_bytes: limits.batch_limit,
             spread: limits.spread,
-            bands: !engine.batched,
         },
     )?;
     let (stand_ins, _) = open_materials(&physical.materials, io_threads, None, None)?;
     for stage in &physical.stages {
-        // A stage read in bands was checked against the budget band by band; a batch reads
-        // no bands, so each of its tasks must fit.
-        let banded = if engine.batched {
-            None
-        } else {
-            banded_stage(
-                stage,
-                &stand_ins,
-                limits.task_budget,
-                limits.batch_limit,
-                limits.workers,
-            )?
-        };
+        // A stage read in bands was checked against the budget band by band.
+        let banded = banded_stage(
+            stage,
+            &stand_ins,
+            limits.task_budget,
+            limits.batch_limit,
+            limits.workers,
+        )?;
         if banded.is_some() {
             continue;
         }

@@ -234,8 +234,16 @@ impl Job {
     }
 
     /// Cuts stage `at` into about `want` batches (see [`cut_batches`], with the
-    /// job's `RunOptions::spread`).
+    /// job's `RunOptions::spread`); a stage read in bands into one batch per band group.
     pub fn cut(&self, at: usize, want: usize) -> Result<BatchCut> {
+        // A stage read in bands: a batch per band group, which holds its band as a whole
+        // run would (a group's tasks all read it; cutting one would load it twice).
+        if let Some(bands) = self.driver.band_batches(at)? {
+            return Ok(BatchCut {
+                batches: bands.into_iter().map(|(tasks, _)| tasks).collect(),
+                merges: Vec::new(),
+            });
+        }
         let layout = self.task_layout(at)?;
         Ok(cut_batches(&layout, want, self.driver.engine().spread))
     }

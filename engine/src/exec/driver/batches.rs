@@ -6,7 +6,8 @@ use std::ops::Range;
 
 use super::{task_need, window_tasks, Driver, StageRecord};
 use crate::error::{Error, ErrorKind, Result, ResultExt};
-use crate::exec::driver::stage_tasks;
+use crate::exec::band_groups::BandGroup;
+use crate::exec::driver::{banded_stage, stage_tasks};
 use crate::exec::ops::reduce::{
     self,
     partials::{self, PartialSink, Window},
@@ -20,14 +21,65 @@ impl Driver {
         self.partials.is_some()
     }
 
+    /// The band groups stage `at` reads in (see [`banded_stage`]), each with the range of
+    /// the stage's tasks (its blocks, in order) it serves; None when it reads no bands. A
+    /// batch of such a stage is whole groups, and holds their bands as a whole run would.
+    pub fn band_batches(&self, at: usize) -> Result<Option<Vec<(Range<usize>, BandGroup)>>> {
+        let stages = self.stage(at)?;
+        let limits = self.limits();
+        let Some(groups) = banded_stage(
+            &stages[at],
+            &self.arrays,
+            limits.task_budget,
+            limits.batch_limit,
+            limits.workers,
+        )?
+        else {
+            return Ok(None);
+        };
+        let mut first = 0;
+        Ok(Some(
+            groups
+                .into_iter()
+                .map(|g| {
+                    let range = first..first + g.blocks.len();
+                    first = range.end;
+                    (range, g)
+                })
+                .collect(),
+        ))
+    }
+
     /// Runs the tasks `tasks` (indices in the stage's task order) of stage `at`, each reading
-    /// its own chunks; returns the record of what ran. Output chunks of a reduction whose
+    /// its own chunks (a stage read in bands: the band groups the range covers, in their
+    /// bands); returns the record of what ran. Output chunks of a reduction whose
     /// groups the range cuts are not written: the merged state of the groups it holds goes to
     /// the partials store, for [`Driver::run_merge`]. Running a range twice writes the same
     /// values.
     pub fn run_batch(&mut self, at: usize, tasks: Range<usize>) -> Result<StageRecord> {
         let stages = self.stage(at)?;
         let stage = &stages[at];
+        if let Some(bands) = self.band_batches(at)? {
+            let held: Vec<BandGroup> = bands
+                .iter()
+                .filter(|(r, _)| tasks.start <= r.start && r.end <= tasks.end)
+                .map(|(_, g)| g.clone())
+                .collect();
+            let covered: usize = held.iter().map(|g| g.blocks.len()).sum();
+            if covered != tasks.len() || tasks.end > bands.last().map_or(0, |(r, _)| r.end) {
+                let ranges: Vec<_> = bands.iter().map(|(r, _)| r.clone()).collect();
+                return Err(Error::new(
+                    ErrorKind::Value,
+                    format!(
+                        "stage {at} reads in bands: a batch is whole band groups {ranges:?}, \
+                         not tasks {tasks:?}"
+                    ),
+                ));
+            }
+            let (before, mut record) = self.start(at, stage);
+            let result = self.run_in_bands(stage, held, &mut record);
+            return self.end(stage, before, record, result);
+        }
         let (before, mut record) = self.start(at, stage);
         let window = Window {
             tasks,

@@ -26,8 +26,6 @@ pub struct Engine {
     pub placement: Placement,
     /// Groups a reduction's output chunk is spread over at least (`RunOptions::spread`).
     pub spread: usize,
-    /// The job runs in batches (`RunOptions::batched`): no stage reads in bands.
-    pub batched: bool,
 }
 
 impl Engine {
@@ -82,7 +80,6 @@ impl Engine {
             task_budget,
             placement,
             spread: opts.spread,
-            batched: opts.batched,
         })
     }
 
