@@ -15,6 +15,9 @@ use crate::exec::ops::reduce::{
 use crate::kernels::device::Placement;
 use crate::physical::stage::Stage;
 
+/// A band group of a stage read in bands and the range of the stage's tasks it serves.
+pub type BandBatch = (Range<usize>, BandGroup);
+
 impl Driver {
     /// Whether the driver has a store for partial states: its stages may run in batches.
     pub fn runs_in_batches(&self) -> bool {
@@ -24,7 +27,7 @@ impl Driver {
     /// The band groups stage `at` reads in (see [`banded_stage`]), each with the range of
     /// the stage's tasks (its blocks, in order) it serves; None when it reads no bands. A
     /// batch of such a stage is whole groups, and holds their bands as a whole run would.
-    pub fn band_batches(&self, at: usize) -> Result<Option<Vec<(Range<usize>, BandGroup)>>> {
+    pub fn band_batches(&self, at: usize) -> Result<Option<Vec<BandBatch>>> {
         let stages = self.stage(at)?;
         let limits = self.limits();
         let Some(groups) = banded_stage(
