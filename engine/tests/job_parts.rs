@@ -298,3 +298,35 @@ fn the_batch_that_completes_a_split_chunk_merges_it() {
     Job::attach(&plan, &opts).unwrap().finish().unwrap();
     assert_close(&chunks_of(&target), &whole);
 }
+
+#[test]
+fn finishing_a_batched_job_removes_writes_a_killed_process_abandoned() {
+    let BatchedJob {
+        _dir,
+        plan,
+        opts,
+        job,
+        target,
+        whole,
+    } = batched_job();
+    for at in 0..job.stage_count() {
+        let layout = job.task_layout(at).unwrap();
+        let cut = cut_batches(&layout, 2, 0);
+        let mut worker = Job::attach(&plan, &opts).unwrap();
+        for b in &cut.batches {
+            worker
+                .run_batch_merging(at, b.clone(), &cut.batches)
+                .unwrap();
+        }
+        for &part in &cut.merges {
+            worker.run_merge(at, part, &cut.batches).unwrap();
+        }
+    }
+    // What a worker killed while writing a chunk leaves: its temporary, never renamed.
+    let abandoned = target.join("c").join(".partial-4000000-0");
+    std::fs::create_dir_all(abandoned.parent().unwrap()).unwrap();
+    std::fs::write(&abandoned, b"half a chunk").unwrap();
+    job.finish().unwrap();
+    assert!(!abandoned.exists(), "the abandoned write is still there");
+    assert_close(&chunks_of(&target), &whole);
+}

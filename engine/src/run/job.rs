@@ -322,6 +322,12 @@ impl Job {
     pub fn finish(self) -> Result<RunSummary> {
         for (arr, origin) in self.driver.arrays().iter().zip(&self.materials) {
             if matches!(origin, MaterialOrigin::Target { .. }) {
+                // Every batch has run: a temporary another process left in a target is a
+                // write that process abandoned (it was killed mid-write; a rerun of its
+                // batch wrote the chunk).
+                if self.driver.runs_in_batches() {
+                    arr.store().remove_abandoned_writes()?;
+                }
                 arr.finish_job()?;
             }
         }
