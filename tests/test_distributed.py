@@ -116,11 +116,7 @@ def test_a_reduction_to_one_chunk_is_spread_over_the_workers_and_merged(
     )
     (stage,) = run.stages
     assert stage["batches"] >= 2 and stage["merges"] == 1, stage
-    # The batch that finished last found every partial state and merged the chunk itself
-    # (two that finish together may both do so): no merge round.
-    assert stage["merged_by_batches"] == 1, stage
-    assert {p for b in run.batches for p in b["merged"]} == {0}, run.batches
-    assert all(b["merge"] is None for b in run.batches), run.batches
+    assert [b["merge"] for b in run.batches if b["merge"] is not None] == [0], run.batches
     assert len({b["pid"] for b in run.batches if b["merge"] is None}) == 2
     for (_, pid), peak in run.peak_rss().items():
         # The engine's budget plus the worker's own interpreter and Dask.

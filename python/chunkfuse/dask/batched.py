@@ -29,7 +29,13 @@ import zarr
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.core import flatten
 
-from chunkfuse.distributed.batch import BatchSpec, JobKey, merged_by_batches, run_batch
+from chunkfuse.distributed.batch import (
+    BatchSpec,
+    JobKey,
+    merge_in_batches,
+    merged_by_batches,
+    run_batch,
+)
 from chunkfuse.distributed.coordinator import batch_budget
 from chunkfuse.distributed.runtime import WorkerShape, default_threads
 
@@ -157,7 +163,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         cut = json.loads(job.cut(stage, want))
         batches = [tuple(b) for b in cut["batches"]]
         names = []
-        given = tuple(batches) if cut["merges"] else ()
+        given = tuple(batches) if cut["merges"] and merge_in_batches() else ()
         for i, (s, e) in enumerate(batches):
             spec = BatchSpec(key, "dask", stage, i, len(batches), s, e, cut["label"], None, given)
             name = f"chunkfuse-batch-{token}-{stage}-{i}"

@@ -10,7 +10,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chunkfuse.distributed.batch import BatchSpec, JobKey, merged_by_batches, run_batch
+from chunkfuse.distributed.batch import (
+    BatchSpec,
+    JobKey,
+    merge_in_batches,
+    merged_by_batches,
+    run_batch,
+)
 from chunkfuse.distributed.runtime import Runtime, WorkerShape, describe
 from chunkfuse.sizes import budget_bytes
 
@@ -114,7 +120,7 @@ def run_distributed(
         batches = [tuple(b) for b in cut["batches"]]
         # With the stage's cut, the batch that finds a split chunk's states all written
         # merges it; the merge round has the chunks none did.
-        given = tuple(batches) if cut["merges"] else ()
+        given = tuple(batches) if cut["merges"] and merge_in_batches() else ()
         specs = [
             BatchSpec(key, name, stage, i, len(batches), s, e, cut["label"], None, given)
             for i, (s, e) in enumerate(batches)
