@@ -99,11 +99,7 @@ def _scheduler_shape(scheduler: Any) -> WorkerShape:
         if workers:
             return dask_runtime.shape_of(workers)
         if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"dask: the cluster at {scheduler.address} has no workers (waited "
-                f"{dask_runtime.WAIT_FOR_WORKERS_S:g} s); start or scale workers "
-                "(cluster.scale(n)) before computing, or compute with a local scheduler"
-            )
+            raise dask_runtime.no_workers(scheduler.address)
         time.sleep(0.05)
 
 

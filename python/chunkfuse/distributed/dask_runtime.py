@@ -23,6 +23,15 @@ class LostCluster(RuntimeError):
     """The client lost its scheduler (or was closed) while batches ran."""
 
 
+def no_workers(address: str) -> RuntimeError:
+    """The error for a cluster at `address` that has no workers after the wait."""
+    return RuntimeError(
+        f"dask: the cluster at {address} has no workers (waited {WAIT_FOR_WORKERS_S:g} s); "
+        "start or scale workers (cluster.scale(n)) before computing, or compute with a local "
+        "scheduler"
+    )
+
+
 def shape_of(workers: Sequence[tuple[int, int | None]], batch_threads: int = 1) -> WorkerShape:
     """The shape batches are sized for, from each worker's (threads, memory limit or None):
     the fewest threads, and the memory of the worker that offers the least per thread."""
@@ -92,11 +101,7 @@ class DaskRuntime:
             pass
         except Exception as e:
             raise LostCluster(f"dask: cannot reach the scheduler: {e}") from e
-        raise RuntimeError(
-            f"dask: the cluster at {self.client.scheduler.address} has no workers "
-            f"(waited {WAIT_FOR_WORKERS_S:g} s); start or scale workers (cluster.scale(n)) "
-            "before computing, or compute with a local scheduler"
-        )
+        raise no_workers(self.client.scheduler.address)
 
     def map(self, fn: Callable[[Item], Out], items: Sequence[Item], *, label: str) -> Iterator[Out]:
         from distributed import as_completed
