@@ -330,3 +330,42 @@ fn finishing_a_batched_job_removes_writes_a_killed_process_abandoned() {
     assert!(!abandoned.exists(), "the abandoned write is still there");
     assert_close(&chunks_of(&target), &whole);
 }
+
+#[test]
+fn a_batch_that_outlives_its_job_fails_and_changes_nothing() {
+    let BatchedJob {
+        _dir,
+        plan,
+        opts,
+        job,
+        target,
+        whole,
+    } = batched_job();
+    let mut cuts = Vec::new();
+    for at in 0..job.stage_count() {
+        let layout = job.task_layout(at).unwrap();
+        let cut = cut_batches(&layout, 2, 0);
+        let mut worker = Job::attach(&plan, &opts).unwrap();
+        for b in &cut.batches {
+            worker.run_batch(at, b.clone()).unwrap();
+        }
+        for &part in &cut.merges {
+            worker.run_merge(at, part, &cut.batches).unwrap();
+        }
+        cuts.push(cut);
+    }
+    // A copy of a batch of the last stage (a backup's loser) attached while the job ran ...
+    let mut late = Job::attach(&plan, &opts).unwrap();
+    job.finish().unwrap();
+    let done = chunks_of(&target);
+    assert_close(&done, &whole);
+    // ... runs after the job finished and removed the intermediate it reads (the mean): it
+    // fails, naming it, rather than read it as the fill value and write x - 0.
+    let last = cuts.len() - 1;
+    for b in &cuts[last].batches {
+        let err = late.run_batch(last, b.clone()).unwrap_err().to_string();
+        assert!(err.contains("was removed while this batch read it"), "{err}");
+        assert!(err.contains("intermediate"), "{err}");
+    }
+    assert_eq!(chunks_of(&target), done, "a late batch changed the target");
+}

@@ -31,19 +31,41 @@ impl Drop for WorkDir {
 }
 
 /// Removes a work directory: a local one, or everything under a URL's prefix (a work
-/// directory on object storage, which all the processes of a job run in batches see).
+/// directory on object storage, which all the processes of a job run in batches see). The
+/// intermediates' metadata goes first: a late copy of a batch that finds a chunk missing then
+/// finds its array gone too, and fails rather than read the chunk as the fill value (see
+/// `ZarrArray::with_removal_guard`).
 fn remove_work_root(root: &Path) {
     let url = root.display().to_string();
     match url.split_once("://") {
         Some((scheme, _)) if scheme != "file" => {
             if let Ok(store) = open_store(&url, 8) {
+                if let Ok(keys) = store.list_prefix("") {
+                    for key in keys.iter().filter(|k| is_metadata_key(k)) {
+                        let _ = store.erase(key);
+                    }
+                }
                 let _ = store.erase_prefix("");
             }
         }
         _ => {
-            let _ = std::fs::remove_dir_all(url.strip_prefix("file://").unwrap_or(&url));
+            let dir = Path::new(url.strip_prefix("file://").unwrap_or(&url));
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for entry in entries.flatten() {
+                    for name in ["zarr.json", ".zarray"] {
+                        let _ = std::fs::remove_file(entry.path().join(name));
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// Whether `key` is an array's metadata document.
+fn is_metadata_key(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    name == "zarr.json" || name == ".zarray"
 }
 
 /// FNV-1a, 64 bits: a fingerprint that stays the same across runs and builds.

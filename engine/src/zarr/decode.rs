@@ -28,6 +28,7 @@ impl ZarrArray {
         bytes: Option<crate::store::Value>,
     ) -> Result<Buffer> {
         let Some(bytes) = bytes else {
+            self.check_missing_chunk(&self.stored_key(t))?;
             return Ok(Buffer::filled(
                 self.dtype,
                 region.len() as usize,

@@ -115,6 +115,14 @@ impl ZarrArray {
         if self.inner_layout().is_none() {
             return self.decode_chunk(idx, bytes);
         }
+        if bytes.is_none() {
+            // The shard is not stored (an inner chunk its shard does not store reads empty).
+            let (shard_idx, _) = self
+                .inner_layout()
+                .map(|l| l.locate(idx))
+                .ok_or_else(|| Error::internal("inner read of an array without shards"))?;
+            self.check_missing_chunk(&self.chunk_key(&shard_idx))?;
+        }
         let decoded = self.decode_inner(idx, bytes.as_deref().filter(|b| !b.is_empty()));
         if let Some(bytes) = bytes {
             bytes.recycle();

@@ -68,6 +68,10 @@ pub struct ZarrArray {
     /// The box of the array a region write fills, when this array stands for one (see
     /// [`window`]): `grid` is then the window's.
     window: Option<window::Window>,
+    /// For an intermediate of a job run in batches: the key of its metadata, checked when a
+    /// chunk is missing. A batch that outlives its job (a backup copy still running when the
+    /// job finished) then fails instead of reading the removed chunks as the fill value.
+    removal_guard: Option<&'static str>,
 }
 
 /// Where each inner chunk of one shard lies (C order within the shard).
@@ -205,7 +209,40 @@ impl ZarrArray {
             inner_reads: false,
             shard_indexes: std::sync::Mutex::new(HashMap::new()),
             window: None,
+            removal_guard: None,
         })
+    }
+
+    /// Makes a missing chunk an error once the array's metadata is gone too: for the
+    /// intermediates of a job run in batches, whose work directory is removed (metadata
+    /// first) when the job finishes, while a late copy of a batch may still read them.
+    pub fn with_removal_guard(mut self) -> Self {
+        self.removal_guard = Some(match self.meta.metadata() {
+            ArrayMetadata::V2(_) => ".zarray",
+            _ => "zarr.json",
+        });
+        self
+    }
+
+    /// For chunk `key` that is not stored: an error when the array itself is gone (see
+    /// [`with_removal_guard`](Self::with_removal_guard)); Ok when it is a chunk of fill values.
+    pub(crate) fn check_missing_chunk(&self, key: &str) -> Result<()> {
+        let Some(meta) = self.removal_guard else {
+            return Ok(());
+        };
+        match self.store.size_of(meta) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(Error::new(
+                ErrorKind::Store,
+                "the array was removed while this batch read it: its job was finished (or \
+                 its work directory removed) before this copy of the batch ended, so the \
+                 batch is void",
+            )
+            .with_array(&self.name)
+            .with_chunk_key(key)
+            .with_store(&self.url)),
+            Err(e) => Err(e.with_array(&self.name).with_chunk_key(key)),
+        }
     }
 
     /// The store URL.

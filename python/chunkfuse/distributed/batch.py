@@ -19,11 +19,12 @@ from typing import Any
 import chunkfuse._engine as _engine
 
 #: Whether the batches of a reduction stage merge the output chunks whose partial states
-#: they complete (`Job.run_batch(..., cut=)`), saving the merge round. Off: with it, a run
-#: on a cluster whose worker was killed mid-stage once wrote an anomaly whose mean was read
-#: as missing (tests/test_distributed.py, killed-worker seed 2, in full-suite runs only);
-#: until that is understood, merges run in their own round after the stage's batches.
-MERGE_IN_BATCHES = False
+#: they complete (`Job.run_batch(..., cut=)`), saving the merge round. (It was off for a
+#: while: a killed-worker run once wrote an anomaly whose mean was read as missing. The
+#: cause was not this but a backup copy of a batch that outlived its job and read the
+#: removed work directory as fill values; the runtime now settles such copies before the
+#: job finishes, and the engine fails a batch that reads a removed intermediate.)
+MERGE_IN_BATCHES = True
 
 
 def merge_in_batches() -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,11 @@ from chunkfuse.sizes import budget_bytes
 #: The budget of a batch when neither the caller nor the runtime says how much memory a
 #: worker has.
 DEFAULT_BATCH_MEMORY = 1 << 30
+
+#: How long the run waits, before finishing the job, for copies of batches that outlived
+#: their round (a runtime's `settle`). Past it the job finishes anyway: a copy that then
+#: reads a removed intermediate fails instead of writing (the engine's removal guard).
+SETTLE_S = 60.0
 
 
 @dataclass
@@ -70,6 +76,20 @@ def batch_budget(max_mem: int | str | None, shape: WorkerShape, who: str) -> int
             "give the workers more memory"
         )
     return budget
+
+
+def settle_stragglers(runtime: Runtime) -> None:
+    """Waits for the copies of batches a runtime left running (`settle`, where it has one):
+    finishing the job removes the intermediates they may still read."""
+    settle = getattr(runtime, "settle", None)
+    if settle is not None and not settle(SETTLE_S):
+        warnings.warn(
+            f"{describe(runtime)}: copies of batches were still running {SETTLE_S:g} s after "
+            "their rounds ended; the job finishes, and a copy that reads its removed work "
+            "directory fails without writing",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def run_distributed(
@@ -153,6 +173,7 @@ def run_distributed(
                 "seconds": time.perf_counter() - stage_started,
             }
         )
+    settle_stragglers(runtime)
     run.summary = json.loads(job.finish())
     run.seconds = time.perf_counter() - started
     return run

@@ -53,9 +53,10 @@ class DaskRuntime:
     `retries`: Dask reruns a batch whose worker died or that raised, this many times.
     `backups`: once half of a round's batches are done, a batch running longer than three
     times the median of those done gets a copy on another worker; the first to finish wins
-    (batches are idempotent). `batch_threads`: the engine's compute threads per batch
-    (default 1: each Dask thread runs one single-threaded batch, so the engine uses as many
-    threads as the worker has).
+    (batches are idempotent). The copy that lost keeps running (Dask cannot stop a running
+    task); `settle` waits for such copies. `batch_threads`: the engine's compute threads per
+    batch (default 1: each Dask thread runs one single-threaded batch, so the engine uses as
+    many threads as the worker has).
     """
 
     name = "dask"
@@ -72,6 +73,8 @@ class DaskRuntime:
         self.retries = retries
         self.backups = backups
         self.batch_threads = batch_threads
+        # Copies of batches still running when their round ended (the losers of backups).
+        self._stragglers: list[Any] = []
 
     def shape(self) -> WorkerShape:
         try:
@@ -114,6 +117,7 @@ class DaskRuntime:
             futures = self.client.map(fn, list(items), key=keys, pure=False, retries=self.retries)
         except Exception as e:
             raise LostCluster(f"dask: cannot submit {label}: {e}") from e
+        submitted = list(futures)
         index = {f.key: i for i, f in enumerate(futures)}
         started = {i: time.monotonic() for i in range(len(items))}
         durations: list[float] = []
@@ -124,9 +128,10 @@ class DaskRuntime:
             while len(finished) < len(items):
                 future = self._next(pending)
                 if future is None:
-                    self._back_up(
+                    copies = self._back_up(
                         fn, items, keys, started, durations, finished, backed_up, pending, index
                     )
+                    submitted.extend(copies)
                     continue
                 i = index[future.key]
                 if i in finished:
@@ -136,9 +141,31 @@ class DaskRuntime:
                 durations.append(time.monotonic() - started[i])
                 yield result
         finally:
-            for f in futures:
-                if f.status == "pending":
+            left = [f for f in submitted if f.status == "pending"]
+            if len(finished) == len(items):
+                # Every batch has a result: the copies left are duplicates that may be
+                # running; the job must not finish under them (see `settle`).
+                self._stragglers.extend(left)
+            else:
+                for f in left:
                     f.cancel()
+
+    def settle(self, timeout: float) -> bool:
+        """Waits up to `timeout` seconds for the copies of batches still running after their
+        round ended (see the class doc); True when none is left."""
+        from distributed import wait
+
+        left, self._stragglers = self._stragglers, []
+        if not left:
+            return True
+        try:
+            wait(left, timeout=timeout)
+        except TimeoutError:
+            self._stragglers = [f for f in left if f.status == "pending"]
+            return False
+        except Exception:  # a lost client: nothing of ours runs on it any more
+            return True
+        return True
 
     def _next(self, pending: Any) -> Any:
         """The next finished future, or None after a second without one."""
@@ -186,10 +213,11 @@ class DaskRuntime:
         backed_up: set[int],
         pending: Any,
         index: dict[str, int],
-    ) -> None:
-        """Submits a copy of each straggler (see the class doc)."""
+    ) -> list[Any]:
+        """Submits a copy of each straggler (see the class doc); returns the copies."""
+        copies: list[Any] = []
         if not self.backups or len(items) < 4 or len(finished) * 2 < len(items) or not durations:
-            return
+            return copies
         limit = 3 * statistics.median(durations)
         now = time.monotonic()
         for i in range(len(items)):
@@ -201,3 +229,5 @@ class DaskRuntime:
             index[copy.key] = i
             pending.add(copy)
             backed_up.add(i)
+            copies.append(copy)
+        return copies

@@ -109,9 +109,11 @@ pub fn attach_materials(
         .array_ctx(&m.name)?
         .with_name(&m.name);
         let arr = match &m.origin {
+            // A late copy of a batch must not read a removed intermediate as fill values.
             MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
-                arr.with_inner_reads()
+                arr.with_inner_reads().with_removal_guard()
             }
+            MaterialOrigin::Intermediate { .. } => arr.with_removal_guard(),
             _ => arr,
         };
         arrays.push(Arc::new(arr));
