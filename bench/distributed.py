@@ -27,9 +27,11 @@ each reports `VmHWM`. Outputs of the first round are checked (sums against chunk
 the time mean of |x|, rechunks exactly against the source).
 
 Appends (or replaces) the section "## Distributed: 2-worker LocalCluster" in --out/RESULTS.md and
-writes --out/distributed.png (when matplotlib is importable). --quick: a smoke run on tiny arrays
-(8 x 73 x 144, one round) whose report goes to a temporary directory unless --out is given; it
-exits 1 when any measurement or check fails (a full run: when a chunkfuse one does).
+writes --out/distributed.png (when matplotlib is importable); with `--time N` other than 64, the
+section "..., N time steps" and distributed-N.png, so runs at two sizes stand side by side.
+--quick: a smoke run on tiny arrays (8 x 73 x 144, one round) whose report goes to a temporary
+directory unless --out is given; it exits 1 when any measurement or check fails (a full run:
+when a chunkfuse one does).
 """
 
 from __future__ import annotations
@@ -70,6 +72,18 @@ import peers  # noqa: E402
 import run as bench_run  # noqa: E402
 
 SECTION = "## Distributed: 2-worker LocalCluster"
+
+
+def section_title(time: int) -> str:
+    """The RESULTS.md section of a run over `time` steps (64, the default: `SECTION`)."""
+    return SECTION if time == 64 else f"{SECTION}, {time} time steps"
+
+
+def plot_name(time: int) -> str:
+    """The plot of a run over `time` steps."""
+    return "distributed.png" if time == 64 else f"distributed-{time}.png"
+
+
 OPS = ("sum", "mean", "anomaly", "rechunk")
 CF_DIST = "chunkfuse distributed"
 CF_LOCAL = "chunkfuse local, 2 threads"
@@ -596,9 +610,9 @@ def overhead_lines(over: Overhead, steps: int) -> list[str]:
     ]
 
 
-def plot(bench: Bench, sets: dict[str, Path], out: Path) -> str:
+def plot(bench: Bench, sets: dict[str, Path], out: Path, name: str) -> str:
     if importlib.util.find_spec("matplotlib") is None:
-        return "distributed.png not written: matplotlib is not installed."
+        return f"{name} not written: matplotlib is not installed."
     import matplotlib
 
     matplotlib.use("Agg")
@@ -634,9 +648,9 @@ def plot(bench: Bench, sets: dict[str, Path], out: Path) -> str:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(sets), fontsize="small")
     fig.tight_layout(rect=(0, 0, 1, 0.9))
-    fig.savefig(out / "distributed.png", dpi=110)
+    fig.savefig(out / name, dpi=110)
     plt.close(fig)
-    return "![distributed](distributed.png)"
+    return f"![distributed]({name})"
 
 
 def commit() -> str:
@@ -691,7 +705,7 @@ def section(
         else "lifetime peaks (`/proc/self/clear_refs` is not available here)"
     )
     return [
-        f"{SECTION}",
+        section_title(args.time),
         "",
         f"Command: `{shlex.join(['python', 'bench/distributed.py', *sys.argv[1:]])}` at "
         f"{commit()}, {started.strftime('%Y-%m-%d %H:%M %Z')}  ",
@@ -727,7 +741,7 @@ def section(
         "",
         *overhead_lines(over, steps),
         "",
-        plot(bench, sets, out),
+        plot(bench, sets, out, plot_name(args.time)),
         "",
     ]
 
@@ -741,7 +755,8 @@ def _shape(path: Path) -> tuple[int, ...]:
 def replace_section(path: Path, lines: list[str]) -> None:
     """Puts `lines` in RESULTS.md in place of the section of the same title (or at the end)."""
     old = path.read_text().splitlines() if path.exists() else []
-    start = next((i for i, line in enumerate(old) if line.strip() == SECTION), None)
+    title = lines[0].strip()
+    start = next((i for i, line in enumerate(old) if line.strip() == title), None)
     if start is None:
         kept_before, kept_after = old, []
     else:
