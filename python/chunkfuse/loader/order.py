@@ -123,11 +123,15 @@ class Shuffle:
             )
 
 
+#: A uniform shuffle of all anchors.
+UNIFORM = Shuffle()
+
+
 class EpochOrder:
     """The anchor visited at each position of each epoch: a pure function of (seed, epoch,
     position), the same on every machine, worker count and restart."""
 
-    def __init__(self, count: int, seed: int, shuffle: Shuffle | None = Shuffle()) -> None:
+    def __init__(self, count: int, seed: int, shuffle: Shuffle | None = UNIFORM) -> None:
         if count < 1:
             raise ValueError(f"no anchors to order (count {count})")
         if not 0 <= seed <= _MASK64:
@@ -220,7 +224,8 @@ class Batches:
     DataLoader, taking one batch from each worker in turn, yields them in the order one
     process would. Every anchor of an epoch is in exactly one batch of one rank."""
 
-    def __init__(self, order: EpochOrder, size: int, split: Split = Split()) -> None:
+    def __init__(self, order: EpochOrder, size: int, split: Split | None = None) -> None:
+        split = split if split is not None else Split()
         if size < 1:
             raise ValueError(f"batch size must be at least 1, got {size}")
         if split.world > order.count:
@@ -247,3 +252,7 @@ class Batches:
         start = self.first + step * self.size
         stop = min(start + self.size, self.stop)
         return self.order(epoch, np.arange(start, stop))
+
+
+#: One process reading the whole epoch.
+ONE_PROCESS = Split()

@@ -1,0 +1,208 @@
+"""A source of training windows: variables of a Zarr group, in named dimensions, with the
+coordinates xarray decodes (CF times, packed values) and a window per dimension around each
+anchor. Values are read by the engine (`ArrayReader.read_into`, GIL released), then decoded as
+xarray would (`scale_factor`, `add_offset`, `_FillValue` to NaN)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkfuse.reading import ArrayReader
+
+#: How a source's coordinate is matched to an anchor's label: `exact`, `nearest` (within half
+#: the coordinate's step) or `pad` (the last label at or before the anchor's: the latest
+#: forecast issued by then).
+METHODS = ("exact", "nearest", "pad")
+
+
+class SourceError(ValueError):
+    """A source that cannot serve the windows asked of it: the message names the source and
+    the dimension."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The window along one dimension: `length` steps starting `offset` steps from the
+    anchor's index (`offset=-3, length=4`: three steps of history and the anchor's)."""
+
+    offset: int
+    length: int
+
+
+def _window(spec: int | tuple[int, int] | Window) -> Window:
+    if isinstance(spec, Window):
+        return spec
+    if isinstance(spec, int):
+        # A bare length: the anchor's index first.
+        return Window(0, spec)
+    offset, length = spec
+    return Window(int(offset), int(length))
+
+
+class Source:
+    """Variables `variables` of the Zarr group at `url`, read as windows: `window` maps each
+    dimension to a length (from the anchor's index on), an (offset, length) pair or a
+    `Window`; dimensions it omits are read whole. `align` maps a dimension to how its
+    coordinate is matched to anchor labels (see `METHODS`; default `exact`)."""
+
+    def __init__(
+        self,
+        name: str,
+        url: str | os.PathLike[str],
+        variables: Sequence[str],
+        window: Mapping[str, int | tuple[int, int] | Window],
+        *,
+        align: Mapping[str, str] | None = None,
+    ) -> None:
+        import xarray as xr
+
+        self.name = name
+        self.url = os.fspath(url)
+        if not variables:
+            raise SourceError(f"source {name!r}: no variables given")
+        try:
+            ds = xr.open_zarr(self.url, chunks=None)
+        except Exception as e:
+            raise SourceError(
+                f"source {name!r}: cannot open {self.url} as a Zarr group: {e}"
+            ) from e
+        missing = [v for v in variables if v not in ds.data_vars]
+        if missing:
+            raise SourceError(
+                f"source {name!r}: {self.url} has no variable {missing[0]!r} "
+                f"(it has {sorted(str(v) for v in ds.data_vars)})"
+            )
+        dims = tuple(str(d) for d in ds[variables[0]].dims)
+        for v in variables[1:]:
+            if tuple(str(d) for d in ds[v].dims) != dims:
+                raise SourceError(
+                    f"source {name!r}: variables {variables[0]!r} and {v!r} have different "
+                    f"dimensions ({dims} and {ds[v].dims})"
+                )
+        self.variables = tuple(variables)
+        self.dims = dims
+        self.sizes = {d: int(ds.sizes[d]) for d in dims}
+        self.coords: dict[str, npt.NDArray[Any]] = {
+            d: np.asarray(ds[d].values) for d in dims if d in ds.coords
+        }
+        self.windows: dict[str, Window] = {}
+        for dim, spec in window.items():
+            if dim not in self.sizes:
+                raise SourceError(
+                    f"source {name!r} has no dimension {dim!r} (its variables have {dims})"
+                )
+            w = _window(spec)
+            if w.length < 1 or w.length > self.sizes[dim]:
+                raise SourceError(
+                    f"source {name!r}, dimension {dim!r}: a window of {w.length} steps does "
+                    f"not fit its {self.sizes[dim]}"
+                )
+            self.windows[dim] = w
+        self.align = dict(align or {})
+        for dim, method in self.align.items():
+            if method not in METHODS:
+                raise SourceError(
+                    f"source {name!r}, dimension {dim!r}: alignment {method!r} is not one of "
+                    f"{METHODS}"
+                )
+        self.shape = tuple(
+            self.windows[d].length if d in self.windows else self.sizes[d] for d in dims
+        )
+        self._decode = {v: _Decoding.of(ds[v]) for v in variables}
+        self.dtypes = {v: self._decode[v].dtype(ds[v]) for v in variables}
+        self._readers = {v: ArrayReader(f"{self.url.rstrip('/')}/{v}") for v in variables}
+
+    def indices(self, dim: str, labels: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """The index along `dim` of each anchor label (-1 where none matches)."""
+        coord = self.coords.get(dim)
+        if coord is None:
+            raise SourceError(
+                f"source {self.name!r}, dimension {dim!r}: no coordinate to align anchors by"
+            )
+        return _match(coord, labels, self.align.get(dim, "exact"))
+
+    def starts(self, dim: str, index: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The first index of the window along `dim` for anchors at `index`."""
+        return index + self.windows[dim].offset
+
+    def fits(self, dim: str, index: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Whether the window along `dim` at each `index` (-1: unmatched) lies in the array."""
+        w = self.windows.get(dim, Window(0, self.sizes[dim]))
+        first = index + w.offset
+        return (index >= 0) & (first >= 0) & (first + w.length <= self.sizes[dim])
+
+    def read(
+        self, starts: npt.NDArray[np.int64], out: Mapping[str, npt.NDArray[Any]], threads: int
+    ) -> None:
+        """Reads each variable's windows at `starts` (an (n, ndim) array) into `out`."""
+        corners = starts.tolist()
+        for v, reader in self._readers.items():
+            decoding = self._decode[v]
+            raw = out[v] if decoding.identity else np.empty(out[v].shape, np.dtype(reader.dtype))
+            reader.read_into(corners, list(self.shape), raw.reshape(-1).view(np.uint8), threads)
+            if not decoding.identity:
+                decoding.apply(raw, out[v])
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    """What xarray's CF decoding does to a variable's stored values."""
+
+    scale: float | None
+    offset: float | None
+    fill: Any
+
+    @property
+    def identity(self) -> bool:
+        return self.scale is None and self.offset is None and self.fill is None
+
+    @staticmethod
+    def of(var: Any) -> _Decoding:
+        enc = var.encoding
+        fill = enc.get("_FillValue")
+        stored = np.dtype(enc.get("dtype", var.dtype))
+        if fill is not None and stored.kind == "f" and np.isnan(fill):
+            fill = None  # a NaN fill value reads as NaN already
+        return _Decoding(enc.get("scale_factor"), enc.get("add_offset"), fill)
+
+    def dtype(self, var: Any) -> np.dtype[Any]:
+        return np.dtype(var.dtype)
+
+    def apply(self, raw: npt.NDArray[Any], out: npt.NDArray[Any]) -> None:
+        np.multiply(raw, self.scale if self.scale is not None else 1, out=out, casting="unsafe")
+        if self.offset is not None:
+            out += self.offset
+        if self.fill is not None:
+            out[raw == self.fill] = np.nan
+
+
+def _match(coord: npt.NDArray[Any], labels: npt.NDArray[Any], method: str) -> npt.NDArray[np.int64]:
+    """Indices into `coord` (monotonic) of `labels` by `method`; -1 where none matches."""
+    n = coord.shape[0]
+    descending = n > 1 and coord[0] > coord[-1]
+    c = coord[::-1] if descending else coord
+    pos = np.searchsorted(c, labels, side="left")
+    found = np.full(labels.shape, -1, dtype=np.int64)
+    inside = pos < n
+    exact = inside & (c[np.minimum(pos, n - 1)] == labels)
+    found[exact] = pos[exact]
+    if method == "pad":
+        before = np.searchsorted(c, labels, side="right") - 1
+        found = np.where(before >= 0, before, -1)
+    elif method == "nearest" and n > 1:
+        steps = np.diff(c)
+        half = np.abs(steps).min() / 2
+        lo = np.clip(pos - 1, 0, n - 1)
+        hi = np.clip(pos, 0, n - 1)
+        pick = np.where(np.abs(c[hi] - labels) <= np.abs(labels - c[lo]), hi, lo)
+        near = np.abs(c[pick] - labels) <= half
+        found = np.where(near, pick, -1)
+    if descending:
+        found = np.where(found >= 0, n - 1 - found, -1)
+    return found.astype(np.int64)

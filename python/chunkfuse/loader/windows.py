@@ -1,0 +1,228 @@
+"""The window loader: anchors over named dimensions, each source's window at every anchor read
+by the engine, batches in the order of `EpochOrder`, a bounded prefetch on background threads,
+and a state that resumes mid-epoch with the same next batch."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chunkfuse.loader.order import ONE_PROCESS, UNIFORM, Batches, EpochOrder, Shuffle, Split
+from chunkfuse.loader.sources import Source, SourceError
+
+
+@dataclass
+class Batch:
+    """One batch: per source, per variable, an array of the batch's windows (`(n, *window)`);
+    per anchor dimension, each example's anchor label; and where it stands."""
+
+    data: dict[str, dict[str, npt.NDArray[Any]]]
+    anchors: dict[str, npt.NDArray[Any]]
+    epoch: int
+    step: int
+    #: Each example's anchor index (into the epoch's anchors, in `anchor_labels` order).
+    ids: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+
+
+class Anchors:
+    """The valid anchors: every combination of the labels along `dims` (taken from the first
+    source that has each dimension, every `stride` steps) at which every source's window
+    lies inside its array."""
+
+    def __init__(
+        self, sources: Sequence[Source], dims: Sequence[str], stride: Mapping[str, int]
+    ) -> None:
+        self.dims = tuple(dims)
+        self.labels: list[npt.NDArray[Any]] = []
+        # Per source, per anchor dimension it has: the index of each valid label.
+        self.index: list[dict[str, npt.NDArray[np.int64]]] = [{} for _ in sources]
+        for s in sources:
+            for d in s.windows:
+                if d not in self.dims:
+                    raise SourceError(
+                        f"source {s.name!r} has a window along {d!r}, which is not an anchor "
+                        f"dimension ({self.dims})"
+                    )
+        for d in self.dims:
+            having = [s for s in sources if d in s.sizes]
+            if not having:
+                raise SourceError(f"no source has the anchor dimension {d!r}")
+            first = having[0]
+            step = int(stride.get(d, 1))
+            if step < 1:
+                raise SourceError(f"anchor dimension {d!r}: stride must be at least 1, got {step}")
+            if d not in first.coords:
+                raise SourceError(
+                    f"source {first.name!r}, dimension {d!r}: no coordinate to take anchor "
+                    "labels from"
+                )
+            labels = first.coords[d][::step]
+            ok = np.ones(labels.shape[0], dtype=bool)
+            found = []
+            for i, s in enumerate(sources):
+                if d not in s.sizes:
+                    continue
+                idx = s.indices(d, labels)
+                fits = s.fits(d, idx)
+                if not fits.any():
+                    raise SourceError(
+                        f"source {s.name!r}, dimension {d!r}: no anchor label "
+                        f"({labels[0]} .. {labels[-1]}) aligns with its coordinate with its "
+                        "window inside the array"
+                    )
+                ok &= fits
+                found.append((i, idx))
+            if not ok.any():
+                raise SourceError(
+                    f"anchor dimension {d!r}: no label where every source's window fits "
+                    f"({[sources[i].name for i, _ in found]})"
+                )
+            self.labels.append(labels[ok])
+            for i, idx in found:
+                self.index[i][d] = idx[ok]
+        self.shape = tuple(int(lab.shape[0]) for lab in self.labels)
+        self.count = int(np.prod(self.shape))
+
+    def at(self, ids: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
+        """The label position along each anchor dimension of each anchor id."""
+        return [np.asarray(p, dtype=np.int64) for p in np.unravel_index(ids, self.shape)]
+
+
+class WindowLoader:
+    """Batches of windows from `sources` around anchors over `dims`.
+
+    The batch at (epoch, step) is a pure function of the sources, `seed`, `shuffle`, the
+    batch size and `split` (see `chunkfuse.loader.order`): identical across machines, worker
+    counts and restarts. Iterating yields the rest of the current epoch from the state, then
+    moves to the next epoch. `prefetch` batches are read ahead on background threads (each
+    read runs in the engine with the GIL released, on `threads` threads, 0: all cores).
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        dims: Sequence[str],
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: Shuffle | None = UNIFORM,
+        stride: Mapping[str, int] | None = None,
+        split: Split = ONE_PROCESS,
+        prefetch: int = 2,
+        threads: int = 0,
+    ) -> None:
+        if not sources:
+            raise SourceError("no sources given")
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise SourceError(f"source names must differ, got {names}")
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be at least 0, got {prefetch}")
+        self.sources = list(sources)
+        self.anchors = Anchors(self.sources, dims, stride or {})
+        self.order = EpochOrder(self.anchors.count, seed, shuffle)
+        self.batches = Batches(self.order, batch_size, split)
+        self.seed = seed
+        self.prefetch = prefetch
+        self.threads = threads
+        self.epoch = 0
+        self.step = 0  # the next batch of the epoch, counted over the rank's batches
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """The batches this worker yields per epoch."""
+        return len(self.batches.steps())
+
+    def batch(self, epoch: int, step: int) -> Batch:
+        """The rank's batch `step` of epoch `epoch`, read now."""
+        ids = self.batches.anchors(epoch, step)
+        where = self.anchors.at(ids)
+        data: dict[str, dict[str, npt.NDArray[Any]]] = {}
+        for i, s in enumerate(self.sources):
+            starts = np.zeros((ids.shape[0], len(s.dims)), dtype=np.int64)
+            for axis, d in enumerate(s.dims):
+                if d in self.anchors.index[i]:
+                    k = self.anchors.dims.index(d)
+                    idx = self.anchors.index[i][d][where[k]]
+                    starts[:, axis] = s.starts(d, idx) if d in s.windows else 0
+            out = {v: np.empty((ids.shape[0], *s.shape), dtype=s.dtypes[v]) for v in s.variables}
+            s.read(starts, out, self.threads)
+            data[s.name] = out
+        labels = {d: self.anchors.labels[k][where[k]] for k, d in enumerate(self.anchors.dims)}
+        return Batch(data, labels, epoch, step, ids)
+
+    def __iter__(self) -> Iterator[Batch]:
+        steps = [s for s in self.batches.steps() if s >= self.step]
+        epoch = self.epoch
+        if not steps:
+            self._advance(epoch + 1, 0)
+            return
+        threads = max(1, self.prefetch)
+        with ThreadPoolExecutor(threads, thread_name_prefix="chunkfuse-loader") as pool:
+            ahead: deque[Future[Batch]] = deque()
+            todo = iter(steps)
+            try:
+                for step in todo:
+                    ahead.append(pool.submit(self.batch, epoch, step))
+                    if len(ahead) > self.prefetch:
+                        yield self._deliver(ahead.popleft(), steps)
+                while ahead:
+                    yield self._deliver(ahead.popleft(), steps)
+            finally:
+                for f in ahead:
+                    f.cancel()
+
+    def _deliver(self, future: Future[Batch], steps: list[int]) -> Batch:
+        b = future.result()
+        later = [s for s in steps if s > b.step]
+        if later:
+            self._advance(b.epoch, later[0])
+        else:
+            self._advance(b.epoch + 1, 0)
+        return b
+
+    def _advance(self, epoch: int, step: int) -> None:
+        with self._lock:
+            self.epoch, self.step = epoch, step
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where iteration stands: the next batch is (epoch, step). With the same sources and
+        options, `load_state_dict` of it resumes with that batch."""
+        with self._lock:
+            split = self.batches.split
+            return {
+                "seed": self.seed,
+                "epoch": self.epoch,
+                "step": self.step,
+                "anchors": self.anchors.count,
+                "batch_size": self.batches.size,
+                "rank": split.rank,
+                "world": split.world,
+                "worker": split.worker,
+                "workers": split.workers,
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes from `state_dict()`'s record; refused when it was made with other anchors,
+        seed or batch size, which would give other batches."""
+        for key, have in (
+            ("seed", self.seed),
+            ("anchors", self.anchors.count),
+            ("batch_size", self.batches.size),
+        ):
+            if state.get(key) != have:
+                raise ValueError(
+                    f"the state was saved with {key} {state.get(key)!r}, this loader has {have!r}"
+                )
+        self._advance(int(state["epoch"]), int(state["step"]))
+
+    #: grain's names for the same record.
+    get_state = state_dict
+    set_state = load_state_dict

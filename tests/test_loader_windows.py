@@ -1,0 +1,174 @@
+"""The window loader over two sources: an ERA5-like dataset as ARCO-ERA5 stores it (Zarr v2,
+packed int16 with scale/offset/_FillValue, NaNs, missing chunks, descending latitude, CF
+times) and a second one on a coarser grid every hour (Zarr v3). Windows equal xarray's
+`.isel` at each anchor's labels (matched by `.sel`), metadata equals those labels, batches are
+a function of (seed, epoch, step), resuming from a saved state gives the same next batch, an
+epoch visits every anchor once, and bad input is refused by source and dimension."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from chunkfuse.loader import Shuffle, Source, SourceError, Split, WindowLoader
+from era5_dataset import SHAPE, write_era5_v2
+
+A_WINDOW = {"time": (-1, 2), "latitude": 5, "longitude": (-2, 6)}
+B_WINDOW = {"time": (-5, 6), "latitude": 3, "longitude": 3}
+B_ALIGN = {"latitude": "nearest", "longitude": "nearest"}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("loader")
+    a = write_era5_v2(root / "era5.zarr")
+    nt = SHAPE[0] * 6
+    rng = np.random.default_rng(5)
+    b = xr.Dataset(
+        {"tp": (("time", "latitude", "longitude"), rng.random((nt, 10, 18), dtype="float32"))},
+        coords={
+            "time": pd.date_range("1959-01-01", periods=nt, freq="1h"),
+            "latitude": np.linspace(90.0, -90.0, 10),
+            "longitude": np.linspace(0.0, 360.0, 18, endpoint=False),
+        },
+    )
+    b.to_zarr(root / "coarse.zarr", zarr_format=3, encoding={"tp": {"chunks": (6, 5, 9)}})
+    return a, root / "coarse.zarr"
+
+
+def make_loader(stores: tuple[Path, Path], **kw: Any) -> WindowLoader:
+    a, b = stores
+    sources = [
+        Source("era5", a, ["t2m", "sp"], A_WINDOW),
+        Source("coarse", b, ["tp"], B_WINDOW, align=B_ALIGN),
+    ]
+    opts: dict[str, Any] = {"seed": 11, "shuffle": Shuffle(4, 2), "prefetch": 2}
+    opts.update(kw)
+    return WindowLoader(sources, ["time", "latitude", "longitude"], 8, **opts)
+
+
+def reference(
+    ds: xr.Dataset, var: str, labels: dict[str, Any], window: dict[str, Any], align: dict[str, str]
+) -> np.ndarray:
+    """xarray's window at one anchor: the index of each label by `.sel`, then `.isel`."""
+    sel = {}
+    for dim, spec in window.items():
+        offset, length = (0, spec) if isinstance(spec, int) else spec
+        method = align.get(dim)
+        i = (
+            ds.indexes[dim].get_loc(labels[dim])
+            if method is None
+            else int(ds.indexes[dim].get_indexer([labels[dim]], method=method)[0])
+        )
+        sel[dim] = slice(i + offset, i + offset + length)
+    return np.asarray(ds[var].isel(sel).values)
+
+
+def test_windows_of_two_sources_equal_xarray_at_each_anchor(stores: tuple[Path, Path]) -> None:
+    a, b = (xr.open_zarr(p, chunks=None) for p in stores)
+    loader = make_loader(stores)
+    checked = 0
+    for step in (0, 3, len(loader) - 1):
+        batch = loader.batch(0, step)
+        n = batch.ids.shape[0]
+        assert batch.data["era5"]["sp"].shape == (n, 2, 5, 6)
+        assert batch.data["coarse"]["tp"].shape == (n, 6, 3, 3)
+        for k in range(n):
+            labels = {d: batch.anchors[d][k] for d in ("time", "latitude", "longitude")}
+            for var in ("t2m", "sp"):
+                want = reference(a, var, labels, A_WINDOW, {})
+                np.testing.assert_array_equal(batch.data["era5"][var][k], want)
+            want = reference(b, "tp", labels, B_WINDOW, B_ALIGN)
+            np.testing.assert_array_equal(batch.data["coarse"]["tp"][k], want)
+            # The anchor's labels are the first source's coordinate values.
+            assert labels["latitude"] in a.latitude.values
+            checked += 1
+    assert checked > 10
+    # The packed variable decodes as xarray does: NaN where the stored value is the fill.
+    assert any(np.isnan(loader.batch(0, s).data["era5"]["sp"]).any() for s in range(len(loader)))
+
+
+def test_batches_are_a_function_of_seed_epoch_and_step(stores: tuple[Path, Path]) -> None:
+    one = make_loader(stores, prefetch=0)
+    two = make_loader(stores, prefetch=3)
+    streamed = list(two)
+    assert len(streamed) == len(one)
+    for step, got in enumerate(streamed):
+        want = one.batch(0, step)
+        assert got.step == step and got.epoch == 0
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_array_equal(got.data["coarse"]["tp"], want.data["coarse"]["tp"])
+    # The next iteration is the next epoch, in another order.
+    nxt = next(iter(two))
+    assert nxt.epoch == 1 and not np.array_equal(nxt.ids, streamed[0].ids)
+    # Every anchor once per epoch.
+    ids = np.concatenate([b.ids for b in streamed])
+    assert np.array_equal(np.sort(ids), np.arange(one.anchors.count))
+    other_seed = make_loader(stores, seed=12).batch(0, 0)
+    assert not np.array_equal(other_seed.ids, streamed[0].ids)
+
+
+def test_resuming_from_a_state_saved_mid_epoch_gives_the_same_next_batch(
+    stores: tuple[Path, Path],
+) -> None:
+    whole = list(make_loader(stores))
+    first = make_loader(stores)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = first.state_dict()
+    assert (state["epoch"], state["step"]) == (0, 3)
+    resumed = make_loader(stores)
+    resumed.set_state(state)
+    rest = list(resumed)
+    assert len(rest) == len(whole) - 3
+    for got, want in zip(rest, whole[3:], strict=True):
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_array_equal(got.data["era5"]["t2m"], want.data["era5"]["t2m"])
+    with pytest.raises(ValueError, match="saved with seed 11"):
+        make_loader(stores, seed=3).load_state_dict(state)
+
+
+def test_workers_and_ranks_share_an_epoch_exactly_once(stores: tuple[Path, Path]) -> None:
+    ids = []
+    for rank in range(2):
+        for worker in range(2):
+            loader = make_loader(stores, split=Split(rank, 2, worker, 2))
+            ids.extend(b.ids for b in loader)
+    flat = np.concatenate(ids)
+    assert np.array_equal(np.sort(flat), np.arange(make_loader(stores).anchors.count))
+
+
+def test_bad_input_is_refused_naming_the_source_and_dimension(
+    stores: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = stores
+    with pytest.raises(SourceError, match=r"source 'era5', dimension 'latitude': a window of 50"):
+        Source("era5", a, ["t2m"], {"latitude": 50})
+    with pytest.raises(SourceError, match=r"source 'era5' has no dimension 'level'"):
+        Source("era5", a, ["t2m"], {"level": 1})
+    with pytest.raises(SourceError, match=r"source 'era5'.* has no variable 'q'"):
+        Source("era5", a, ["q"], {"time": 1})
+    with pytest.raises(SourceError, match=r"source 'x': cannot open"):
+        Source("x", tmp_path / "nothing.zarr", ["t2m"], {"time": 1})
+    # Coordinates that cannot be aligned: the coarse times are half an hour off.
+    shifted = tmp_path / "shifted.zarr"
+    ds = xr.open_zarr(b, chunks=None).load()
+    ds = ds.assign_coords(time=ds.time + np.timedelta64(30, "m"))
+    ds.to_zarr(shifted, zarr_format=3)
+    era5 = Source("era5", a, ["t2m"], {"time": 1})
+    off = Source("coarse", shifted, ["tp"], {"time": 1})
+    with pytest.raises(SourceError, match=r"source 'coarse', dimension 'time': no anchor label"):
+        WindowLoader([era5, off], ["time"], 4)
+    # Windows that fit each source alone but at no common anchor.
+    # (era5 fits only at its last step, the coarse source only at the first.)
+    late = Source("era5", a, ["t2m"], {"time": (-(SHAPE[0] - 1), 1)})
+    early = Source("coarse", b, ["tp"], {"time": (SHAPE[0] * 6 - 6, 1)})
+    with pytest.raises(SourceError, match=r"anchor dimension 'time': no label where every"):
+        WindowLoader([late, early], ["time"], 4)
+    with pytest.raises(SourceError, match=r"window along 'latitude', which is not an anchor"):
+        WindowLoader([Source("era5", a, ["t2m"], {"latitude": 2})], ["time"], 4)
