@@ -172,3 +172,28 @@ def test_bad_input_is_refused_naming_the_source_and_dimension(
         WindowLoader([late, early], ["time"], 4)
     with pytest.raises(SourceError, match=r"window along 'latitude', which is not an anchor"):
         WindowLoader([Source("era5", a, ["t2m"], {"latitude": 2})], ["time"], 4)
+
+
+def _worker_stream(args: tuple[tuple[Path, Path], int, int]) -> list[tuple[Any, ...]]:
+    """The batches worker `k` of `workers` yields in a child process, as (ids, t2m, tp)."""
+    stores, k, workers = args
+    loader = make_loader(stores, split=Split(0, 1, k, workers))
+    return [(b.step, b.ids, b.data["era5"]["t2m"], b.data["coarse"]["tp"]) for b in loader]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_worker_processes_yield_the_batches_of_one_process(
+    stores: tuple[Path, Path], method: str
+) -> None:
+    import multiprocessing
+
+    # The parent has used the engine before it forks.
+    whole = list(make_loader(stores))
+    with multiprocessing.get_context(method).Pool(2) as pool:
+        streams = pool.map(_worker_stream, [(stores, k, 2) for k in range(2)])
+    merged = [streams[i % 2][i // 2] for i in range(len(whole))]
+    for want, (step, ids, t2m, tp) in zip(whole, merged, strict=True):
+        assert step == want.step
+        np.testing.assert_array_equal(ids, want.ids)
+        np.testing.assert_array_equal(t2m, want.data["era5"]["t2m"])
+        np.testing.assert_array_equal(tp, want.data["coarse"]["tp"])
