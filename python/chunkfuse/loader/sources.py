@@ -6,6 +6,7 @@ xarray would (`scale_factor`, `add_offset`, `_FillValue` to NaN)."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,10 @@ class Source:
         if not variables:
             raise SourceError(f"source {name!r}: no variables given")
         try:
-            ds = xr.open_zarr(self.url, chunks=None)
+            with warnings.catch_warnings():
+                # A store without consolidated metadata is fine: xarray reads it unconsolidated.
+                warnings.filterwarnings("ignore", message=".*consolidated metadata.*")
+                ds = xr.open_zarr(self.url, chunks=None)
         except Exception as e:
             raise SourceError(
                 f"source {name!r}: cannot open {self.url} as a Zarr group: {e}"
