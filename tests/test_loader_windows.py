@@ -197,3 +197,27 @@ def test_worker_processes_yield_the_batches_of_one_process(
         np.testing.assert_array_equal(ids, want.ids)
         np.testing.assert_array_equal(t2m, want.data["era5"]["t2m"])
         np.testing.assert_array_equal(tp, want.data["coarse"]["tp"])
+
+
+def test_anchors_restricted_by_labels_and_by_a_mask(stores: tuple[Path, Path]) -> None:
+    cutoff = np.datetime64("1959-01-02T12:00")
+
+    def land(labels: dict[str, np.ndarray]) -> np.ndarray:
+        return (labels["latitude"] > 0) & (labels["longitude"] < 180)
+
+    full = make_loader(stores)
+    loader = make_loader(stores, where={"time": lambda t: t < cutoff}, keep=land)
+    assert 0 < loader.anchors.count < full.anchors.count
+    seen = []
+    for batch in loader:
+        assert (batch.anchors["time"] < cutoff).all()
+        assert land(batch.anchors).all()
+        seen.append(batch.ids)
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(loader.anchors.count))
+    # Exactly the anchors of the full grid that pass both.
+    grid = full.anchors.labels_of(np.arange(full.anchors.count))
+    assert loader.anchors.count == int(((grid["time"] < cutoff) & land(grid)).sum())
+    with pytest.raises(SourceError, match="keep= leaves no anchor"):
+        make_loader(stores, keep=lambda labels: np.zeros(len(labels["time"]), bool))
+    with pytest.raises(SourceError, match="where= names 'level'"):
+        make_loader(stores, where={"level": lambda x: x > 0})

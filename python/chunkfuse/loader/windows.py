@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +16,14 @@ import numpy.typing as npt
 
 from chunkfuse.loader.order import ONE_PROCESS, UNIFORM, Batches, EpochOrder, Shuffle, Split
 from chunkfuse.loader.sources import Source, SourceError
+
+#: A filter of one anchor dimension's labels: a bool per label.
+LabelFilter = Callable[[npt.NDArray[Any]], npt.ArrayLike]
+#: A filter of anchors: given each anchor dimension's labels of a slice of anchors, a bool per
+#: anchor (a land mask over latitude and longitude, say).
+AnchorFilter = Callable[[dict[str, npt.NDArray[Any]]], npt.ArrayLike]
+#: Anchors `keep=` is asked about at once.
+KEEP_SLICE = 1 << 20
 
 
 @dataclass
@@ -37,9 +45,20 @@ class Anchors:
     lies inside its array."""
 
     def __init__(
-        self, sources: Sequence[Source], dims: Sequence[str], stride: Mapping[str, int]
+        self,
+        sources: Sequence[Source],
+        dims: Sequence[str],
+        stride: Mapping[str, int],
+        where: Mapping[str, LabelFilter] | None = None,
+        keep: AnchorFilter | None = None,
     ) -> None:
         self.dims = tuple(dims)
+        where = dict(where or {})
+        unknown = [d for d in where if d not in self.dims]
+        if unknown:
+            raise SourceError(
+                f"where= names {unknown[0]!r}, which is not an anchor dimension ({self.dims})"
+            )
         self.labels: list[npt.NDArray[Any]] = []
         # Per source, per anchor dimension it has: the index of each valid label.
         self.index: list[dict[str, npt.NDArray[np.int64]]] = [{} for _ in sources]
@@ -84,15 +103,53 @@ class Anchors:
                     f"anchor dimension {d!r}: no label where every source's window fits "
                     f"({[sources[i].name for i, _ in found]})"
                 )
+            if d in where:
+                chosen = np.asarray(where[d](labels), dtype=bool)
+                if chosen.shape != labels.shape:
+                    raise SourceError(
+                        f"where[{d!r}] returned shape {chosen.shape} for {labels.shape[0]} labels"
+                    )
+                ok &= chosen
+                if not ok.any():
+                    raise SourceError(f"anchor dimension {d!r}: where[{d!r}] leaves no anchor")
             self.labels.append(labels[ok])
             for i, idx in found:
                 self.index[i][d] = idx[ok]
         self.shape = tuple(int(lab.shape[0]) for lab in self.labels)
-        self.count = int(np.prod(self.shape))
+        # The anchors `keep` chose, as ids into the grid of label combinations (None: all).
+        self.kept: npt.NDArray[np.int64] | None = None
+        if keep is not None:
+            self.kept = self._keep(keep)
+        self.count = int(np.prod(self.shape)) if self.kept is None else int(self.kept.shape[0])
+
+    def _keep(self, keep: AnchorFilter) -> npt.NDArray[np.int64]:
+        """The grid ids `keep` chooses, asked over slices of the grid."""
+        total = int(np.prod(self.shape))
+        chosen = []
+        for start in range(0, total, KEEP_SLICE):
+            ids = np.arange(start, min(start + KEEP_SLICE, total), dtype=np.int64)
+            labels = self.labels_of(ids)
+            mask = np.asarray(keep(labels), dtype=bool)
+            if mask.shape != ids.shape:
+                raise SourceError(
+                    f"keep= returned shape {mask.shape} for {ids.shape[0]} anchors: it must "
+                    "return one bool per anchor"
+                )
+            chosen.append(ids[mask])
+        kept = np.concatenate(chosen)
+        if kept.size == 0:
+            raise SourceError("keep= leaves no anchor")
+        return kept
+
+    def labels_of(self, grid_ids: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[Any]]:
+        """Each anchor dimension's label of each grid id."""
+        where = np.unravel_index(grid_ids, self.shape)
+        return {d: self.labels[k][where[k]] for k, d in enumerate(self.dims)}
 
     def at(self, ids: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
         """The label position along each anchor dimension of each anchor id."""
-        return [np.asarray(p, dtype=np.int64) for p in np.unravel_index(ids, self.shape)]
+        grid = ids if self.kept is None else self.kept[ids]
+        return [np.asarray(p, dtype=np.int64) for p in np.unravel_index(grid, self.shape)]
 
 
 class WindowLoader:
@@ -103,6 +160,9 @@ class WindowLoader:
     counts and restarts. Iterating yields the rest of the current epoch from the state, then
     moves to the next epoch. `prefetch` batches are read ahead on background threads (each
     read runs in the engine with the GIL released, on `threads` threads, 0: all cores).
+    `where` restricts an anchor dimension's labels (`{"time": lambda t: t < cutoff}`); `keep`
+    restricts anchors by all their labels at once (a land mask); both run once, before the
+    first batch.
     """
 
     def __init__(
@@ -114,6 +174,8 @@ class WindowLoader:
         seed: int = 0,
         shuffle: Shuffle | None = UNIFORM,
         stride: Mapping[str, int] | None = None,
+        where: Mapping[str, LabelFilter] | None = None,
+        keep: AnchorFilter | None = None,
         split: Split = ONE_PROCESS,
         prefetch: int = 2,
         threads: int = 0,
@@ -126,7 +188,7 @@ class WindowLoader:
         if prefetch < 0:
             raise ValueError(f"prefetch must be at least 0, got {prefetch}")
         self.sources = list(sources)
-        self.anchors = Anchors(self.sources, dims, stride or {})
+        self.anchors = Anchors(self.sources, dims, stride or {}, where, keep)
         self.order = EpochOrder(self.anchors.count, seed, shuffle)
         self.batches = Batches(self.order, batch_size, split)
         self.seed = seed
