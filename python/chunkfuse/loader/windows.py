@@ -199,7 +199,7 @@ class WindowLoader:
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        """The batches this worker yields per epoch."""
+        """The batches this worker yields in a whole epoch."""
         return len(self.batches.steps())
 
     def batch(self, epoch: int, step: int) -> Batch:
@@ -221,33 +221,29 @@ class WindowLoader:
         return Batch(data, labels, epoch, step, ids)
 
     def __iter__(self) -> Iterator[Batch]:
-        steps = [s for s in self.batches.steps() if s >= self.step]
-        epoch = self.epoch
-        if not steps:
-            self._advance(epoch + 1, 0)
-            return
+        epoch, start = self.epoch, self.step
+        if start >= self.batches.per_rank():
+            epoch, start = epoch + 1, 0
+        steps = self.batches.steps(start)
         threads = max(1, self.prefetch)
         with ThreadPoolExecutor(threads, thread_name_prefix="chunkfuse-loader") as pool:
             ahead: deque[Future[Batch]] = deque()
-            todo = iter(steps)
             try:
-                for step in todo:
+                for step in steps:
                     ahead.append(pool.submit(self.batch, epoch, step))
                     if len(ahead) > self.prefetch:
-                        yield self._deliver(ahead.popleft(), steps)
+                        yield self._deliver(ahead.popleft())
                 while ahead:
-                    yield self._deliver(ahead.popleft(), steps)
+                    yield self._deliver(ahead.popleft())
             finally:
                 for f in ahead:
                     f.cancel()
+        self._advance(epoch + 1, 0)
 
-    def _deliver(self, future: Future[Batch], steps: list[int]) -> Batch:
+    def _deliver(self, future: Future[Batch]) -> Batch:
         b = future.result()
-        later = [s for s in steps if s > b.step]
-        if later:
-            self._advance(b.epoch, later[0])
-        else:
-            self._advance(b.epoch + 1, 0)
+        # Where the stream of every worker's batches resumes after this one.
+        self._advance(b.epoch, b.step + 1)
         return b
 
     def _advance(self, epoch: int, step: int) -> None:
@@ -255,8 +251,10 @@ class WindowLoader:
             self.epoch, self.step = epoch, step
 
     def state_dict(self) -> dict[str, Any]:
-        """Where iteration stands: the next batch is (epoch, step). With the same sources and
-        options, `load_state_dict` of it resumes with that batch."""
+        """Where iteration stands: the next batch is (epoch, step), counted over the rank's
+        batches. With the same sources and options, `load_state_dict` of it resumes with that
+        batch, whatever the number of workers; with several workers, the state of the stream
+        is that of the batch the consumer took last (`Batch.epoch`, `Batch.step` + 1)."""
         with self._lock:
             split = self.batches.split
             return {
