@@ -20,6 +20,7 @@ SMALL_ARGS: dict[str, list[str]] = {
     "xarray_cubed": ["--time", "12", "--lat", "19", "--lon", "36"],
     "era5_fft": ["--time", "12", "--lat", "37", "--lon", "24"],
     "dask_quickstart": ["--time", "12", "--lat", "19", "--lon", "36"],
+    "train_windows": ["--time", "16", "--lat", "19", "--lon", "36", "--steps", "30"],
 }
 
 #: Examples whose every task must run in the engine (they print "Python tasks N").

@@ -56,6 +56,13 @@ class WindowDataset(IterableDataset[Sample]):
         self._loader: WindowLoader | None = None
         self._applied: dict[str, int] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker processes build their own loader (its sources, threads and lock stay here).
+        state = dict(self.__dict__)
+        state["_loader"] = None
+        state["_applied"] = None
+        return state
+
     def set_epoch(self, epoch: int) -> None:
         """Starts the next iteration at the beginning of epoch `epoch`."""
         self.load_state_dict({"epoch": epoch, "step": 0})
