@@ -1,0 +1,310 @@
+"""Training-loader throughput: random windows from ERA5-like arrays, batch after batch.
+
+    python bench/loader.py [--data DIR] [--out DIR] [--rounds 3] [--batches 20] [--quick]
+
+Each example is a window of 4 time steps x 128 x 128 (float32) at a random anchor, 32 per batch,
+the anchors of each batch those of `chunkfuse.loader.WindowLoader`'s order (a uniform
+shuffle, seed 0) for every tool, over a noisy and a quantized (1, 721, 1440)-chunked array of
+64 steps (zstd). Tools, all timed in this process the same way (wall time of `--batches`
+batches after one warm-up batch): chunkfuse's `WindowLoader` (prefetch 2), the same through
+PyTorch's `DataLoader` with 2 persistent worker processes, a zarr-python loop (one slice per
+window) and tensorstore (every window of a batch read concurrently). The decode floor: each
+chunk a batch touches read and decoded once by the engine, on all cores, with no window cut
+out. Reported: samples/s, GB/s of window values, each tool's time against chunkfuse's, and
+chunkfuse's against the floor. Appends (or replaces) "## Training loader" in --out/RESULTS.md.
+--quick: tiny arrays (8 x 73 x 144, windows 4 x 32 x 32, 8 per batch, 3 batches, one round),
+report to a temporary directory unless --out is given; exits 1 when a tool fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH] + [str(BENCH)]
+
+import ab_binaries  # noqa: E402
+import many_chunks  # noqa: E402
+import run as bench_run  # noqa: E402
+
+SECTION = "## Training loader"
+OURS = "chunkfuse WindowLoader"
+TOOLS = (OURS, "chunkfuse in DataLoader, 2 workers", "zarr-python loop", "tensorstore")
+FLOOR = "decode floor (touched chunks)"
+
+
+def grouped(array: Path, root: Path, name: str) -> Path:
+    """A Zarr v3 group around `array` (its chunks linked, not copied) with the coordinates and
+    dimension names xarray needs."""
+    import pandas as pd
+    import xarray as xr
+    import zarr
+
+    group = root / f"{name}.zarr"
+    if group.exists():
+        return group
+    a = zarr.open_array(str(array), mode="r")
+    nt, ny, nx = a.shape
+    coords = {
+        "time": pd.date_range("2000-01-01", periods=nt, freq="1h"),
+        "latitude": np.linspace(90, -90, ny),
+        "longitude": np.linspace(0, 360, nx, endpoint=False),
+    }
+    xr.Dataset(coords=coords).to_zarr(group, zarr_format=3, consolidated=False)
+    meta = json.loads((array / "zarr.json").read_text())
+    meta["dimension_names"] = ["time", "latitude", "longitude"]
+    (group / "t2m").mkdir()
+    (group / "t2m" / "zarr.json").write_text(json.dumps(meta))
+    os.symlink(array / "c", group / "t2m" / "c")
+    return group
+
+
+class Setup:
+    """One data set: its group, the loader, and the window corners of each batch."""
+
+    def __init__(self, group: Path, window: tuple[int, int, int], batch: int) -> None:
+        from chunkfuse.loader import Source, WindowLoader
+
+        self.group, self.window, self.batch = group, window, batch
+        t, y, x = window
+        self.build = lambda split=None: WindowLoader(
+            [Source("era5", group, ["t2m"], {"time": t, "latitude": y, "longitude": x})],
+            ["time", "latitude", "longitude"],
+            batch,
+            seed=0,
+            prefetch=2,
+            **({"split": split} if split is not None else {}),
+        )
+        self.loader = self.build()
+
+    def corners(self, steps: range) -> list[np.ndarray]:
+        out = []
+        for s in steps:
+            ids = self.loader.batches.anchors(0, s)
+            where = self.loader.anchors.at(ids)
+            index = self.loader.anchors.index[0]
+            dims = self.loader.anchors.dims
+            out.append(np.stack([index[d][where[k]] for k, d in enumerate(dims)], axis=1))
+        return out
+
+
+def build_split(group: str, window: tuple[int, int, int], batch: int, split: Any) -> Any:
+    return Setup(Path(group), window, batch).build(split)
+
+
+def time_ours(setup: Setup, n: int) -> float:
+    it = iter(setup.loader)
+    next(it)
+    started = time.perf_counter()
+    for _ in range(n):
+        next(it)
+    return time.perf_counter() - started
+
+
+def time_dataloader(setup: Setup, n: int) -> float:
+    import functools
+
+    from chunkfuse.loader.torch_data import WindowDataset
+    from torch.utils.data import DataLoader
+
+    data = WindowDataset(
+        functools.partial(build_split, str(setup.group), setup.window, setup.batch)
+    )
+    it = iter(DataLoader(data, batch_size=None, num_workers=2, persistent_workers=True))
+    next(it)
+    next(it)  # both workers started
+    started = time.perf_counter()
+    for _ in range(n):
+        next(it)
+    return time.perf_counter() - started
+
+
+def time_zarr(setup: Setup, n: int) -> float:
+    import zarr
+
+    arr = zarr.open_array(str(setup.group / "t2m"), mode="r")
+    t, y, x = setup.window
+    batches = setup.corners(range(n + 1))
+
+    def one(c: np.ndarray) -> np.ndarray:
+        return np.stack([arr[a : a + t, b : b + y, d : d + x] for a, b, d in c.tolist()])
+
+    one(batches[0])
+    started = time.perf_counter()
+    for c in batches[1:]:
+        one(c)
+    return time.perf_counter() - started
+
+
+def time_tensorstore(setup: Setup, n: int) -> float:
+    import tensorstore as ts
+
+    arr = ts.open(
+        {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(setup.group / "t2m")}}
+    ).result()
+    t, y, x = setup.window
+    batches = setup.corners(range(n + 1))
+
+    def one(c: np.ndarray) -> np.ndarray:
+        reads = [arr[a : a + t, b : b + y, d : d + x].read() for a, b, d in c.tolist()]
+        return np.stack([r.result() for r in reads])
+
+    one(batches[0])
+    started = time.perf_counter()
+    for c in batches[1:]:
+        one(c)
+    return time.perf_counter() - started
+
+
+def time_floor(setup: Setup, n: int) -> float:
+    from chunkfuse.reading import ArrayReader
+
+    reader = ArrayReader(str(setup.group / "t2m"))
+    shape = [1, *reader.shape[1:]]
+    out = np.empty([1, *shape], dtype=reader.dtype)
+    t = setup.window[0]
+    started = time.perf_counter()
+    for c in setup.corners(range(1, n + 1)):
+        steps = sorted({int(a) + k for a in c[:, 0] for k in range(t)})
+        if out.shape[0] != len(steps):
+            out = np.empty([len(steps), *shape], dtype=reader.dtype)
+        reader.read_into([[s, 0, 0] for s in steps], shape, out.reshape(-1).view(np.uint8), 0)
+    return time.perf_counter() - started
+
+
+TIMERS: dict[str, Callable[[Setup, int], float]] = {
+    OURS: time_ours,
+    TOOLS[1]: time_dataloader,
+    TOOLS[2]: time_zarr,
+    TOOLS[3]: time_tensorstore,
+    FLOOR: time_floor,
+}
+NEEDS = {TOOLS[1]: "torch", TOOLS[3]: "tensorstore"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=BENCH / "data")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    started = dt.datetime.now(dt.UTC)
+    args.data.mkdir(parents=True, exist_ok=True)
+    if args.quick:
+        args.rounds, args.batches = 1, 3
+        arrays = {"noisy": many_chunks._array(args.data, 8)}
+        arrays["quantized"] = many_chunks._quantized(args.data, 8)
+        window, batch = (4, 32, 32), 8
+    else:
+        arrays = {"noisy": ab_binaries._noisy(args.data, 64)}
+        arrays["quantized"] = ab_binaries._quantized(args.data, 64)
+        window, batch = (4, 128, 128), 32
+    out = args.out or (Path(tempfile.mkdtemp(prefix="chunkfuse-loader-")) if args.quick else BENCH)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="chunkfuse-loader-groups-"))
+    setups = {k: Setup(grouped(p, work, k), window, batch) for k, p in arrays.items()}
+    runs: dict[tuple[str, str], list[float]] = {}
+    notes: dict[tuple[str, str], str] = {}
+    for r in range(args.rounds):
+        for data, setup in setups.items():
+            order = [*TOOLS, FLOOR]
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for tool in order:
+                need = NEEDS.get(tool)
+                if need and importlib.util.find_spec(need) is None:
+                    notes[(data, tool)] = f"{need} is not installed"
+                    continue
+                try:
+                    seconds = TIMERS[tool](setup, args.batches)
+                except Exception as e:  # a tool that fails is reported, not hidden
+                    notes[(data, tool)] = f"failed: {type(e).__name__}: {e}"[:200]
+                    continue
+                runs.setdefault((data, tool), []).append(seconds)
+                print(f"  {data:9} {tool:36} {seconds:7.3f} s", file=sys.stderr)
+    lines = report(args, setups, runs, notes, started)
+    bench_report(out / "RESULTS.md", lines)
+    print("\n".join(lines))
+    failed = [k for k, v in notes.items() if v.startswith("failed") or (k[1] == OURS)]
+    return 1 if failed else 0
+
+
+def report(
+    args: argparse.Namespace,
+    setups: dict[str, Setup],
+    runs: dict[tuple[str, str], list[float]],
+    notes: dict[tuple[str, str], str],
+    started: dt.datetime,
+) -> list[str]:
+    info = bench_run.machine()
+    any_setup = next(iter(setups.values()))
+    t, y, x = any_setup.window
+    window_bytes = t * y * x * 4 * any_setup.batch
+    lines = [
+        SECTION,
+        "",
+        f"Command: `{shlex.join(['python', 'bench/loader.py', *sys.argv[1:]])}`, "
+        f"{started.strftime('%Y-%m-%d %H:%M %Z')}  ",
+        f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']} RAM, {info['os']}  ",
+        "",
+        f"Windows of {t} x {y} x {x} float32, {any_setup.batch} per batch at the anchors of "
+        "`WindowLoader`'s order (uniform shuffle, seed 0), the same for every tool; "
+        f"{args.batches} batches timed after a warm-up batch, {args.rounds} round(s), tools in "
+        "turn, in this process (the DataLoader's workers are its children). The floor decodes "
+        "each chunk a batch touches once, with nothing cut out.",
+        "",
+        "| data | tool | samples/s, median (range) | GB/s of windows | time vs chunkfuse | note |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for data in setups:
+        ours = runs.get((data, OURS))
+        for tool in [*TOOLS, FLOOR]:
+            secs = runs.get((data, tool))
+            if not secs:
+                lines.append(f"| {data} | {tool} | | | | {notes.get((data, tool), '')} |")
+                continue
+            med = statistics.median(secs)
+            rate = [args.batches * any_setup.batch / s for s in secs]
+            rel = f"{med / statistics.median(ours):.2f}" if ours else ""
+            lines.append(
+                f"| {data} | {tool} | {statistics.median(rate):.0f} ({min(rate):.0f}–"
+                f"{max(rate):.0f}) | {args.batches * window_bytes / med / 1e9:.2f} | {rel} | "
+                f"{notes.get((data, tool), '')} |"
+            )
+    return lines
+
+
+def bench_report(path: Path, lines: list[str]) -> None:
+    """Puts `lines` in place of the section of the same title in `path` (or at its end)."""
+    old = path.read_text().splitlines() if path.exists() else []
+    start = next((i for i, line in enumerate(old) if line.strip() == SECTION), None)
+    if start is None:
+        before, after = old, []
+    else:
+        end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
+        before, after = old[:start], old[end:]
+    while before and not before[-1].strip():
+        before.pop()
+    body = [*before, "", *lines] if before else list(lines)
+    if after:
+        body += ["", *after]
+    path.write_text("\n".join(body).rstrip("\n") + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""bench/loader.py --quick runs on tiny arrays and writes its section of RESULTS.md with a
+measured row for every tool and data set, in place of an older copy and beside the others."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+SECTION = "## Training loader"
+
+
+def test_quick_writes_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "RESULTS.md").write_text(f"# results\n\n{SECTION}\n\nold\n\n## Next\n\nkept\n")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "loader.py"), "--quick"]
+        + ["--data", str(tmp_path / "data"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    text = (out / "RESULTS.md").read_text()
+    assert text.count(SECTION) == 1 and "old" not in text
+    assert text.rstrip().endswith("## Next\n\nkept")
+    tools = ["chunkfuse WindowLoader", "chunkfuse in DataLoader, 2 workers", "zarr-python loop"]
+    tools.append("decode floor \\(touched chunks\\)")
+    for data in ("noisy", "quantized"):
+        for tool in tools:
+            row = re.search(rf"^\| {data} \| {tool} \| (\d+) \(", text, re.MULTILINE)
+            assert row and int(row.group(1)) > 0, f"no measured row for {data} {tool}:\n{text}"
