@@ -135,7 +135,17 @@ def forget_jobs() -> None:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set so far, in bytes (Linux reports KiB)."""
+    """This process's peak resident set so far, in bytes: `VmHWM`, the high-water mark of its
+    own memory. (`ru_maxrss` is not: it keeps the size of the process it was forked from, even
+    across `exec`, so a spawned Dask worker of a large client reports the client's size.) Where
+    /proc is missing, `ru_maxrss` (KiB on Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
