@@ -752,24 +752,6 @@ def _shape(path: Path) -> tuple[int, ...]:
     return tuple(zarr.open_array(str(path), mode="r").shape)
 
 
-def replace_section(path: Path, lines: list[str]) -> None:
-    """Puts `lines` in RESULTS.md in place of the section of the same title (or at the end)."""
-    old = path.read_text().splitlines() if path.exists() else []
-    title = lines[0].strip()
-    start = next((i for i, line in enumerate(old) if line.strip() == title), None)
-    if start is None:
-        kept_before, kept_after = old, []
-    else:
-        end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
-        kept_before, kept_after = old[:start], old[end:]
-    while kept_before and not kept_before[-1].strip():
-        kept_before.pop()
-    body = [*kept_before, "", *lines] if kept_before else list(lines)
-    if kept_after:
-        body += ["", *kept_after]
-    path.write_text("\n".join(body).rstrip("\n") + "\n")
-
-
 # --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
@@ -877,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report = out / "RESULTS.md"
-    replace_section(report, lines)
+    bench_run.replace_section(report, lines)
     print("\n".join(lines))
     print(f"wrote {report}", file=sys.stderr)
     failed = [

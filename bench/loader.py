@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.setdefault((data, tool), []).append(seconds)
                 print(f"  {data:9} {tool:36} {seconds:7.3f} s", file=sys.stderr)
     lines = report(args, setups, runs, notes, started)
-    bench_report(out / "RESULTS.md", lines)
+    bench_run.replace_section(out / "RESULTS.md", lines)
     print("\n".join(lines))
     failed = [k for k, v in notes.items() if v.startswith("failed") or (k[1] == OURS)]
     return 1 if failed else 0
@@ -287,23 +287,6 @@ def report(
                 f"{notes.get((data, tool), '')} |"
             )
     return lines
-
-
-def bench_report(path: Path, lines: list[str]) -> None:
-    """Puts `lines` in place of the section of the same title in `path` (or at its end)."""
-    old = path.read_text().splitlines() if path.exists() else []
-    start = next((i for i, line in enumerate(old) if line.strip() == SECTION), None)
-    if start is None:
-        before, after = old, []
-    else:
-        end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
-        before, after = old[:start], old[end:]
-    while before and not before[-1].strip():
-        before.pop()
-    body = [*before, "", *lines] if before else list(lines)
-    if after:
-        body += ["", *after]
-    path.write_text("\n".join(body).rstrip("\n") + "\n")
 
 
 if __name__ == "__main__":

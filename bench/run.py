@@ -253,6 +253,25 @@ def warm_page_cache(path: Path) -> None:
                     pass
 
 
+def replace_section(path: Path, lines: list[str]) -> None:
+    """Puts `lines` (a section, its title first) in the report at `path` in place of the
+    section of the same title, or at its end; the other sections stay as they are."""
+    old = path.read_text().splitlines() if path.exists() else []
+    title = lines[0].strip()
+    start = next((i for i, line in enumerate(old) if line.strip() == title), None)
+    if start is None:
+        kept_before, kept_after = old, []
+    else:
+        end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
+        kept_before, kept_after = old[:start], old[end:]
+    while kept_before and not kept_before[-1].strip():
+        kept_before.pop()
+    body = [*kept_before, "", *lines] if kept_before else list(lines)
+    if kept_after:
+        body += ["", *kept_after]
+    path.write_text("\n".join(body).rstrip("\n") + "\n")
+
+
 def machine() -> dict[str, str]:
     cpu = platform.processor() or "unknown"
     try:
