@@ -67,14 +67,15 @@ graphviz:
 # workers with the `python` they find there.
 CUBED_SUITE := PATH=$(CURDIR)/$(VENV)/bin:$$PATH PYTHONPATH=$(CURDIR)/tests/cubed_suite \
 	$(CURDIR)/$(PY) -m pytest \
-	-p cubed_rust_plugin -q -p no:cacheprovider
+	-p cubed_rust_plugin -q -p no:cacheprovider -o tmp_path_retention_policy=failed
 test-cubed: develop graphviz
 	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed.tests -W error::UserWarning
 	cd "$$(mktemp -d)" && $(CUBED_SUITE) --pyargs cubed_xarray.tests
 
 # Dask's own array tests, with chunkfuse.dask.get as every scheduler they name.
 DASK_SUITE := PYTHONPATH=$(CURDIR)/tests/dask_suite $(CURDIR)/$(PY) -m pytest \
-	-c $(CURDIR)/tests/dask_suite/pytest.ini -p dask_chunkfuse_plugin -p no:cacheprovider -q -rfE
+	-c $(CURDIR)/tests/dask_suite/pytest.ini -p dask_chunkfuse_plugin -p no:cacheprovider -q -rfE \
+	-o tmp_path_retention_policy=failed
 DASK_MODULES := test_array_core test_reductions test_rechunk test_fft test_ufunc test_routines \
 	test_slicing
 test-dask: develop
