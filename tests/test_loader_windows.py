@@ -221,3 +221,23 @@ def test_anchors_restricted_by_labels_and_by_a_mask(stores: tuple[Path, Path]) -
         make_loader(stores, keep=lambda labels: np.zeros(len(labels["time"]), bool))
     with pytest.raises(SourceError, match="where= names 'level'"):
         make_loader(stores, where={"level": lambda x: x > 0})
+
+
+def test_the_chunk_cache_serves_later_batches_and_changes_no_value(
+    stores: tuple[Path, Path],
+) -> None:
+    plain = make_loader(stores, cache_bytes=0)
+    cached = make_loader(stores, cache_bytes=8 << 20)
+    assert plain.cache is None and cached.cache is not None
+    for step in range(len(plain)):
+        a, b = plain.batch(0, step), cached.batch(0, step)
+        for name, variables in a.data.items():
+            for var, values in variables.items():
+                np.testing.assert_array_equal(values, b.data[name][var], err_msg=f"{name}.{var}")
+    # Neighbouring anchors share chunks (blocks of 4 in the chunk-aware order): later
+    # batches find chunks earlier ones decoded, and the cache holds no more than its budget.
+    assert cached.cache.hits > 0
+    assert 0 < cached.cache.bytes <= 8 << 20
+    tiny = make_loader(stores, cache_bytes=4096)
+    tiny.batch(0, 0)
+    assert tiny.cache is not None and tiny.cache.bytes <= 4096

@@ -95,6 +95,54 @@ def test_windows_match_numpy(arrays: dict[str, tuple[Path, np.ndarray]], data: A
         np.testing.assert_array_equal(w, values[sel])
 
 
+#: One cache shared by every example of the property test below, so reads find chunks that
+#: earlier reads (of this array and others) left there, whole or as a prefix.
+SHARED_CACHE = chunkfuse.ChunkCache(64 << 10)
+
+
+@given(st.data())
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_windows_read_through_a_cache_match_numpy(
+    arrays: dict[str, tuple[Path, np.ndarray]], data: Any
+) -> None:
+    name = data.draw(st.sampled_from(["plain", "sharded", "sharded-start", "sparse"]))
+    path, values = arrays[name]
+    size = [data.draw(st.integers(1, n)) for n in values.shape]
+    starts = np.array(
+        [
+            [data.draw(st.integers(0, dim - s)) for dim, s in zip(values.shape, size, strict=True)]
+            for _ in range(data.draw(st.integers(1, 4)))
+        ]
+    )
+    got = chunkfuse.read_windows(path, starts, size, cache=SHARED_CACHE)
+    for w, s in zip(got, starts, strict=True):
+        sel = tuple(slice(a, a + k) for a, k in zip(s, size, strict=True))
+        np.testing.assert_array_equal(w, values[sel])
+    assert SHARED_CACHE.bytes <= SHARED_CACHE.max_bytes
+
+
+def test_a_cache_counts_hits_and_pickles_empty(
+    arrays: dict[str, tuple[Path, np.ndarray]],
+) -> None:
+    import pickle
+
+    path, values = arrays["plain"]
+    cache = chunkfuse.ChunkCache(1 << 20)
+    reader = chunkfuse.ArrayReader(str(path))
+    for _ in range(2):
+        got = chunkfuse.read_windows(reader, [[0, 0, 0]], (2, 10, 16), cache=cache)
+        np.testing.assert_array_equal(got[0], values[:2, :10, :16])
+    assert (cache.hits, cache.misses, cache.entries) == (1, 1, 1)
+    assert cache.bytes >= 2 * 10 * 16 * 4
+    copy = pickle.loads(pickle.dumps(cache))
+    assert (copy.max_bytes, copy.bytes, copy.hits) == (1 << 20, 0, 0)
+    cache.clear()
+    assert (cache.hits, cache.misses, cache.entries, cache.bytes) == (0, 0, 0, 0)
+    assert "max_bytes=1048576" in repr(cache)
+
+
 def test_zarr_v2_reads(tmp_path: Path) -> None:
     data = np.arange(5 * 6 * 7, dtype="float64").reshape(5, 6, 7)
     zarr.create_array(str(tmp_path / "v2.zarr"), data=data, chunks=(2, 3, 4), zarr_format=2)

@@ -19,12 +19,13 @@ import numpy.typing as npt
 import chunkfuse._engine as _engine
 import chunkfuse.iomode as iomode
 
-__all__ = ["ArrayReader", "read", "read_windows"]
+__all__ = ["ArrayReader", "ChunkCache", "read", "read_windows"]
 
 Selection = Any  # an int, a slice, Ellipsis, or a tuple of them (numpy basic indexing)
 
 
 ArrayReader = _engine.ArrayReader
+ChunkCache = _engine.ChunkCache
 
 Source = str | os.PathLike[str] | ArrayReader
 
@@ -45,6 +46,7 @@ def _fill(
     size: list[int],
     threads: int,
     out: npt.NDArray[Any] | None = None,
+    cache: ChunkCache | None = None,
 ) -> npt.NDArray[Any]:
     """The windows of `size` at `starts`, read into `out` (or a new array), returned as an
     ``(n, *size)`` array."""
@@ -65,7 +67,7 @@ def _fill(
         if out.size != int(np.prod(shape)):
             raise ValueError(f"out holds {out.size} elements, the read gives {np.prod(shape)}")
         target = out.reshape(shape)
-    reader.read_into(starts, size, target.reshape(-1).view(np.uint8), threads)
+    reader.read_into(starts, size, target.reshape(-1).view(np.uint8), threads, cache)
     return target
 
 
@@ -160,12 +162,15 @@ def read_windows(
     out: npt.NDArray[Any] | None = None,
     threads: int = 0,
     io: str | None = None,
+    cache: ChunkCache | None = None,
 ) -> npt.NDArray[Any]:
     """Read the windows of `shape` whose first corners are the rows of `starts` (an
     ``(n, ndim)`` array of non-negative ints) into one ``(n, *shape)`` numpy array (or into
     `out`, reused across calls), read concurrently; each chunk the windows touch is read and
     decoded once. Open the array once with ``ArrayReader(url)`` and pass that to skip
-    reading its metadata on every call."""
+    reading its metadata on every call. A `ChunkCache` keeps decoded chunks across calls
+    within its byte budget, so later windows over the same chunks do not decode them
+    again (for arrays that do not change meanwhile)."""
     iomode.apply(io)
     reader = _reader(source)
     corners = np.asarray(starts)
@@ -179,4 +184,4 @@ def read_windows(
     size = [int(s) for s in shape]
     if any(s < 0 for s in size):
         raise ValueError(f"window shape must be non-negative, got {tuple(size)}")
-    return _fill(reader, corners.tolist(), size, threads, out)
+    return _fill(reader, corners.tolist(), size, threads, out, cache)

@@ -185,6 +185,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(array_info, m)?)?;
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add_class::<reading::ArrayReader>()?;
+    m.add_class::<reading::ChunkCache>()?;
     m.add_class::<job::PyJob>()?;
     m.add_function(wrap_pyfunction!(set_io, m)?)?;
     m.add_function(wrap_pyfunction!(io_mode, m)?)?;

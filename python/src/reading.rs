@@ -65,8 +65,9 @@ impl ArrayReader {
 
     /// Fills `out` (a writable C-contiguous uint8 buffer of exactly `len(starts) *
     /// prod(shape) * itemsize` bytes) with the windows of `shape` at each of `starts`,
-    /// stacked in order; `threads` decode threads (0: one per core).
-    #[pyo3(signature = (starts, shape, out, threads=0))]
+    /// stacked in order; `threads` decode threads (0: one per core). With `cache`, chunks it
+    /// holds are copied from it and the chunks decoded are kept there.
+    #[pyo3(signature = (starts, shape, out, threads=0, cache=None))]
     fn read_into(
         &self,
         py: Python<'_>,
@@ -74,6 +75,7 @@ impl ArrayReader {
         shape: Vec<u64>,
         out: &Bound<'_, PyAny>,
         threads: usize,
+        cache: Option<Py<ChunkCache>>,
     ) -> PyResult<()> {
         let buffer = PyBuffer::<u8>::get(out)?;
         if buffer.readonly() || !buffer.is_c_contiguous() {
@@ -85,15 +87,86 @@ impl ArrayReader {
         let ptr = buffer.buf_ptr() as usize;
         let len = buffer.len_bytes();
         let array = self.array.clone();
+        let cache = cache.map(|c| c.get().cache.clone());
         crate::gate::call(py, move || {
             // SAFETY: the buffer protocol keeps `out`'s memory alive and in place while
             // `buffer` is held (until this function returns, and the gate returns only once
             // this closure has), it is writable and `len` bytes long; no Python code writes
             // it meanwhile (this call holds it).
             let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-            read::read_windows(&array, &starts, &shape, dst, threads)
+            read::read_windows_cached(&array, &starts, &shape, dst, threads, cache.as_deref())
         })?;
         drop(buffer);
         Ok(())
+    }
+}
+
+/// Decoded chunks kept across reads within a byte budget (least recently used dropped
+/// first), shared by the readers given it. It assumes the arrays do not change meanwhile.
+#[pyclass(frozen, module = "chunkfuse._engine")]
+pub struct ChunkCache {
+    cache: Arc<read::ChunkCache>,
+}
+
+#[pymethods]
+impl ChunkCache {
+    /// A cache of at most `max_bytes` bytes of decoded chunks.
+    #[new]
+    fn new(max_bytes: usize) -> Self {
+        ChunkCache {
+            cache: Arc::new(read::ChunkCache::new(max_bytes)),
+        }
+    }
+
+    /// The byte budget.
+    #[getter]
+    fn max_bytes(&self) -> usize {
+        self.cache.budget()
+    }
+
+    /// Decoded bytes held now.
+    #[getter]
+    fn bytes(&self) -> usize {
+        self.cache.stats().bytes
+    }
+
+    /// Chunks held now.
+    #[getter]
+    fn entries(&self) -> usize {
+        self.cache.stats().entries
+    }
+
+    /// Lookups that found their chunk, since made or cleared.
+    #[getter]
+    fn hits(&self) -> u64 {
+        self.cache.stats().hits
+    }
+
+    /// Lookups that did not (the chunk was decoded), since made or cleared.
+    #[getter]
+    fn misses(&self) -> u64 {
+        self.cache.stats().misses
+    }
+
+    /// Drops every held chunk and zeroes the counts.
+    fn clear(&self) {
+        self.cache.clear()
+    }
+
+    /// Pickles as an empty cache of the same budget (a spawned worker fills its own).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (usize,))> {
+        Ok((slf.get_type().into_any(), (slf.get().cache.budget(),)))
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.cache.stats();
+        format!(
+            "ChunkCache(max_bytes={}, bytes={}, entries={}, hits={}, misses={})",
+            self.cache.budget(),
+            s.bytes,
+            s.entries,
+            s.hits,
+            s.misses
+        )
     }
 }

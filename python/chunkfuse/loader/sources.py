@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chunkfuse.reading import ArrayReader
+from chunkfuse.reading import ArrayReader, ChunkCache
 
 #: How a source's coordinate is matched to an anchor's label: `exact`, `nearest` (within half
 #: the coordinate's step) or `pad` (the last label at or before the anchor's: the latest
@@ -142,14 +142,21 @@ class Source:
         return (index >= 0) & (first >= 0) & (first + w.length <= self.sizes[dim])
 
     def read(
-        self, starts: npt.NDArray[np.int64], out: Mapping[str, npt.NDArray[Any]], threads: int
+        self,
+        starts: npt.NDArray[np.int64],
+        out: Mapping[str, npt.NDArray[Any]],
+        threads: int,
+        cache: ChunkCache | None = None,
     ) -> None:
-        """Reads each variable's windows at `starts` (an (n, ndim) array) into `out`."""
+        """Reads each variable's windows at `starts` (an (n, ndim) array) into `out`, taking
+        decoded chunks from `cache` and keeping those decoded there."""
         corners = starts.tolist()
         for v, reader in self._readers.items():
             decoding = self._decode[v]
             raw = out[v] if decoding.identity else np.empty(out[v].shape, np.dtype(reader.dtype))
-            reader.read_into(corners, list(self.shape), raw.reshape(-1).view(np.uint8), threads)
+            reader.read_into(
+                corners, list(self.shape), raw.reshape(-1).view(np.uint8), threads, cache
+            )
             if not decoding.identity:
                 decoding.apply(raw, out[v])
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from chunkfuse.loader.order import ONE_PROCESS, UNIFORM, Batches, EpochOrder, Shuffle, Split
 from chunkfuse.loader.sources import Source, SourceError
+from chunkfuse.reading import ChunkCache
 
 #: A filter of one anchor dimension's labels: a bool per label.
 LabelFilter = Callable[[npt.NDArray[Any]], npt.ArrayLike]
@@ -24,6 +25,8 @@ LabelFilter = Callable[[npt.NDArray[Any]], npt.ArrayLike]
 AnchorFilter = Callable[[dict[str, npt.NDArray[Any]]], npt.ArrayLike]
 #: Anchors `keep=` is asked about at once.
 KEEP_SLICE = 1 << 20
+#: The decoded-chunk cache's budget unless told: a few dozen ERA5 fields.
+DEFAULT_CACHE_BYTES = 256 << 20
 
 
 @dataclass
@@ -162,7 +165,9 @@ class WindowLoader:
     read runs in the engine with the GIL released, on `threads` threads, 0: all cores).
     `where` restricts an anchor dimension's labels (`{"time": lambda t: t < cutoff}`); `keep`
     restricts anchors by all their labels at once (a land mask); both run once, before the
-    first batch.
+    first batch. Decoded chunks are kept across batches in a cache of `cache_bytes` (0:
+    none), shared by every source, so batches whose windows share chunks (a chunk-aware
+    `shuffle`) decode each once while it stays there.
     """
 
     def __init__(
@@ -179,6 +184,7 @@ class WindowLoader:
         split: Split = ONE_PROCESS,
         prefetch: int = 2,
         threads: int = 0,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if not sources:
             raise SourceError("no sources given")
@@ -187,6 +193,8 @@ class WindowLoader:
             raise SourceError(f"source names must differ, got {names}")
         if prefetch < 0:
             raise ValueError(f"prefetch must be at least 0, got {prefetch}")
+        if cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be at least 0, got {cache_bytes}")
         self.sources = list(sources)
         self.anchors = Anchors(self.sources, dims, stride or {}, where, keep)
         self.order = EpochOrder(self.anchors.count, seed, shuffle)
@@ -194,6 +202,8 @@ class WindowLoader:
         self.seed = seed
         self.prefetch = prefetch
         self.threads = threads
+        #: Decoded chunks kept across batches (None: no cache).
+        self.cache = ChunkCache(cache_bytes) if cache_bytes else None
         self.epoch = 0
         self.step = 0  # the next batch of the epoch, counted over the rank's batches
         self._lock = threading.Lock()
@@ -215,7 +225,7 @@ class WindowLoader:
                     idx = self.anchors.index[i][d][where[k]]
                     starts[:, axis] = s.starts(d, idx) if d in s.windows else 0
             out = {v: np.empty((ids.shape[0], *s.shape), dtype=s.dtypes[v]) for v in s.variables}
-            s.read(starts, out, self.threads)
+            s.read(starts, out, self.threads, self.cache)
             data[s.name] = out
         labels = {d: self.anchors.labels[k][where[k]] for k, d in enumerate(self.anchors.dims)}
         return Batch(data, labels, epoch, step, ids)
