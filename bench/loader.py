@@ -4,13 +4,19 @@
 
 Each example is a window of 4 time steps x 128 x 128 (float32) at a random anchor, 32 per batch,
 the anchors of each batch those of `chunkfuse.loader.WindowLoader`'s order (a uniform
-shuffle, seed 0) for every tool, over a noisy and a quantized (1, 721, 1440)-chunked array of
-64 steps (zstd). Tools, all timed in this process the same way (wall time of `--batches`
-batches after one warm-up batch): chunkfuse's `WindowLoader` (prefetch 2), the same through
-PyTorch's `DataLoader` with 2 persistent worker processes, a zarr-python loop (one slice per
-window) and tensorstore (every window of a batch read concurrently). The decode floor: each
-chunk a batch touches read and decoded once by the engine, on all cores, with no window cut
-out. Reported: samples/s, GB/s of window values, each tool's time against chunkfuse's, and
+shuffle, seed 0), over a noisy and a quantized (1, 721, 1440)-chunked array of 64 steps
+(zstd), and over sharded copies of both (a shard per step, 8 x 8 inner chunks of 91 x 180).
+Tools, all timed in this process the same way (wall time of `--batches` batches after a
+warm-up): chunkfuse's `WindowLoader` (prefetch 2, no chunk cache: a uniform shuffle over a
+store larger than the cache rarely repeats a chunk, and these arrays would fit in it whole),
+the same through PyTorch's `DataLoader` with 2 persistent worker processes, xbatcher + Dask +
+`DataLoader` as Earthmover's cloud-native-dataloader post sets it up (xbatcher's tiles of the
+window's size in a shuffled order, since it has no random anchors; Dask's synchronous
+scheduler in each of 2 forkserver workers), a zarr-python loop (one slice per window) and
+tensorstore (every window of a batch read concurrently). The decode floor: the least each
+batch must decode, each chunk it touches once through the last row a window needs (for a
+sharded array, each touched inner chunk once), read by the engine with no window cut out.
+Reported: samples/s, GB/s of window values, each tool's time against chunkfuse's, and
 chunkfuse's against the floor. Appends (or replaces) "## Training loader" in --out/RESULTS.md.
 --quick: tiny arrays (8 x 73 x 144, windows 4 x 32 x 32, 8 per batch, 3 batches, one round),
 report to a temporary directory unless --out is given; exits 1 when a tool fails.
@@ -43,8 +49,32 @@ import run as bench_run  # noqa: E402
 
 SECTION = "## Training loader"
 OURS = "chunkfuse WindowLoader"
-TOOLS = (OURS, "chunkfuse in DataLoader, 2 workers", "zarr-python loop", "tensorstore")
+XBATCHER = "xbatcher + Dask + DataLoader, 2 workers"
+TOOLS = (
+    OURS,
+    "chunkfuse in DataLoader, 2 workers",
+    XBATCHER,
+    "zarr-python loop",
+    "tensorstore",
+)
 FLOOR = "decode floor (touched chunks)"
+#: Inner chunks of the sharded copies: this many per shard along each window axis.
+INNER_PER_SHARD = 8
+
+
+def sharded(array: Path, data: Path) -> Path:
+    """A sharded copy of `array`: one time step per shard, in 8 x 8 inner chunks (the last
+    shard row reaching past the array where its size does not divide)."""
+    import chunkfuse
+    import zarr
+
+    path = data / f"{array.name.removesuffix('.zarr')}-sharded.zarr"
+    if not path.exists():
+        _, ny, nx = zarr.open_array(str(array), mode="r").shape
+        inner = (1, -(-ny // INNER_PER_SHARD), -(-nx // INNER_PER_SHARD))
+        shards = (1, inner[1] * INNER_PER_SHARD, inner[2] * INNER_PER_SHARD)
+        chunkfuse.rechunk(str(array), str(path), inner, shards=shards)
+    return path
 
 
 def grouped(array: Path, root: Path, name: str) -> Path:
@@ -87,6 +117,7 @@ class Setup:
             batch,
             seed=0,
             prefetch=2,
+            cache_bytes=0,
             **({"split": split} if split is not None else {}),
         )
         self.loader = self.build()
@@ -170,30 +201,117 @@ def time_tensorstore(setup: Setup, n: int) -> float:
     return time.perf_counter() - started
 
 
+def _synchronous_dask(worker: int) -> None:
+    """Each DataLoader worker computes its Dask graphs in its own thread (Earthmover's
+    setting: the workers are the parallelism)."""
+    import dask
+
+    dask.config.set(scheduler="synchronous")
+
+
+def time_xbatcher(setup: Setup, n: int) -> float:
+    """xbatcher's tiles of the window's size (a grid: it has no random anchors) in a shuffled
+    order, one Dask-backed DataArray per sample, `batch` per DataLoader batch, as
+    Earthmover's cloud-native-dataloader post sets it up, at 2 workers for 2 cores."""
+    import torch
+    import xarray as xr
+    import xbatcher
+    from torch.utils.data import DataLoader
+    from xbatcher.loaders.torch import MapDataset
+
+    ds = xr.open_dataset(setup.group, engine="zarr", chunks={}, consolidated=False)
+    t, y, x = setup.window
+    tiles = xbatcher.BatchGenerator(
+        ds["t2m"], input_dims={"time": t, "latitude": y, "longitude": x}
+    )
+    loader = DataLoader(
+        MapDataset(tiles),
+        batch_size=setup.batch,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+        num_workers=2,
+        prefetch_factor=2,
+        persistent_workers=True,
+        multiprocessing_context="forkserver",
+        worker_init_fn=_synchronous_dask,
+    )
+    batches = max(1, len(loader))
+    it = iter(loader)
+    next(it)
+    next(it)  # both workers started
+    started = time.perf_counter()
+    for k in range(n):
+        if (k + 2) % batches == 0:
+            it = iter(loader)  # a new epoch (the grid holds few tiles)
+        next(it)
+    return time.perf_counter() - started
+
+
+def _decode_units(setup: Setup, corners: np.ndarray) -> dict[tuple[int, ...], list[list[int]]]:
+    """The least a batch must decode, as regions grouped by shape: each chunk its windows
+    touch once, through the last row any of them needs (a C-ordered prefix: the engine
+    decodes no further); for a sharded array each touched inner chunk once, whole."""
+    meta = json.loads((setup.group / "t2m" / "zarr.json").read_text())
+    shape = meta["shape"]
+    grid = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    sharding = [c for c in meta["codecs"] if c["name"] == "sharding_indexed"]
+    chunk = sharding[0]["configuration"]["chunk_shape"] if sharding else grid
+    t, y, x = setup.window
+    rows: dict[tuple[int, int, int], int] = {}
+    for a, b, d in corners.tolist():
+        for k in range(a // chunk[0], (a + t - 1) // chunk[0] + 1):
+            for i in range(b // chunk[1], (b + y - 1) // chunk[1] + 1):
+                cols = range(d // chunk[2], (d + x - 1) // chunk[2] + 1) if sharding else [0]
+                for j in cols:
+                    end = min(shape[1], (i + 1) * chunk[1]) if sharding else b + y
+                    rows[(k, i, j)] = max(rows.get((k, i, j), 0), end)
+    groups: dict[tuple[int, ...], list[list[int]]] = {}
+    for (k, i, j), end in rows.items():
+        if sharding:
+            y0, x0 = i * chunk[1], j * chunk[2]
+            box = (1, end - y0, min(shape[2], x0 + chunk[2]) - x0)
+            groups.setdefault(box, []).append([k, y0, x0])
+        else:
+            groups.setdefault((1, end, shape[2]), []).append([k, 0, 0])
+    return groups
+
+
 def time_floor(setup: Setup, n: int) -> float:
+    """Each batch's least decode (`_decode_units`), the regions read by the engine as
+    concurrent calls of one thread each (one per core) and copied nowhere else."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from chunkfuse.reading import ArrayReader
 
     reader = ArrayReader(str(setup.group / "t2m"))
-    shape = [1, *reader.shape[1:]]
-    out = np.empty([1, *shape], dtype=reader.dtype)
-    t = setup.window[0]
-    started = time.perf_counter()
-    for c in setup.corners(range(1, n + 1)):
-        steps = sorted({int(a) + k for a in c[:, 0] for k in range(t)})
-        if out.shape[0] != len(steps):
-            out = np.empty([len(steps), *shape], dtype=reader.dtype)
-        reader.read_into([[s, 0, 0] for s in steps], shape, out.reshape(-1).view(np.uint8), 0)
-    return time.perf_counter() - started
+    cores = os.cpu_count() or 1
+    plans = [_decode_units(setup, c) for c in setup.corners(range(1, n + 1))]
+
+    def read(box: tuple[int, ...], starts: list[list[int]]) -> None:
+        out = np.empty((len(starts), *box), dtype=reader.dtype)
+        reader.read_into(starts, list(box), out.reshape(-1).view(np.uint8), 1)
+
+    with ThreadPoolExecutor(cores) as pool:
+        started = time.perf_counter()
+        for groups in plans:
+            parts = [
+                (box, starts[k::cores])
+                for box, starts in groups.items()
+                for k in range(min(cores, len(starts)))
+            ]
+            list(pool.map(lambda p: read(*p), parts))
+        return time.perf_counter() - started
 
 
 TIMERS: dict[str, Callable[[Setup, int], float]] = {
     OURS: time_ours,
     TOOLS[1]: time_dataloader,
-    TOOLS[2]: time_zarr,
-    TOOLS[3]: time_tensorstore,
+    XBATCHER: time_xbatcher,
+    TOOLS[3]: time_zarr,
+    TOOLS[4]: time_tensorstore,
     FLOOR: time_floor,
 }
-NEEDS = {TOOLS[1]: "torch", TOOLS[3]: "tensorstore"}
+NEEDS = {TOOLS[1]: "torch", XBATCHER: "xbatcher", TOOLS[4]: "tensorstore"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (Path(tempfile.mkdtemp(prefix="chunkfuse-loader-")) if args.quick else BENCH)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="chunkfuse-loader-groups-"))
-    setups = {k: Setup(grouped(p, work, k), window, batch) for k, p in arrays.items()}
+    for k in list(arrays):
+        arrays[f"{k}, sharded"] = sharded(arrays[k], args.data)
+    setups = {
+        k: Setup(grouped(p, work, k.replace(", ", "-")), window, batch) for k, p in arrays.items()
+    }
     runs: dict[tuple[str, str], list[float]] = {}
     notes: dict[tuple[str, str], str] = {}
     for r in range(args.rounds):
@@ -244,6 +366,22 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _commit() -> str:
+    """The checkout's commit (with `+` when it has changes), or `unknown`."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        done = subprocess.run(
+            ["git", *a], cwd=BENCH, capture_output=True, text=True, check=False, timeout=30
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "unknown"
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def report(
     args: argparse.Namespace,
     setups: dict[str, Setup],
@@ -259,14 +397,18 @@ def report(
         SECTION,
         "",
         f"Command: `{shlex.join(['python', 'bench/loader.py', *sys.argv[1:]])}`, "
-        f"{started.strftime('%Y-%m-%d %H:%M %Z')}  ",
+        f"{started.strftime('%Y-%m-%d %H:%M %Z')}, commit {_commit()}  ",
         f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']} RAM, {info['os']}  ",
         "",
         f"Windows of {t} x {y} x {x} float32, {any_setup.batch} per batch at the anchors of "
         "`WindowLoader`'s order (uniform shuffle, seed 0), the same for every tool; "
         f"{args.batches} batches timed after a warm-up batch, {args.rounds} round(s), tools in "
-        "turn, in this process (the DataLoader's workers are its children). The floor decodes "
-        "each chunk a batch touches once, with nothing cut out.",
+        "turn, in this process (the DataLoader's workers are its children). chunkfuse runs "
+        "without its chunk cache. xbatcher has no random anchors: its rows read its tiles of "
+        "the same size in a shuffled order (Dask's synchronous scheduler in each worker). The "
+        "floor decodes the least each batch must: every chunk it touches once, through the "
+        "last row a window needs (sharded: every touched inner chunk once), nothing cut out. "
+        "The sharded copies hold a shard per step in 8 x 8 inner chunks.",
         "",
         "| data | tool | samples/s, median (range) | GB/s of windows | time vs chunkfuse | note |",
         "|---|---|---:|---:|---:|---|",

@@ -27,11 +27,12 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     text = (out / "RESULTS.md").read_text()
-    assert text.count(SECTION) == 1 and "old" not in text
+    assert text.count(SECTION) == 1 and "\nold\n" not in text
     assert text.rstrip().endswith("## Next\n\nkept")
     tools = ["chunkfuse WindowLoader", "chunkfuse in DataLoader, 2 workers", "zarr-python loop"]
-    tools.append("decode floor \\(touched chunks\\)")
-    for data in ("noisy", "quantized"):
+    tools += ["xbatcher \\+ Dask \\+ DataLoader, 2 workers", "decode floor \\(touched chunks\\)"]
+    assert re.search(r"commit [0-9a-f]{7,}\+?", text), text[:600]
+    for data in ("noisy", "quantized", "noisy, sharded", "quantized, sharded"):
         for tool in tools:
             row = re.search(rf"^\| {data} \| {tool} \| (\d+) \(", text, re.MULTILINE)
             assert row and int(row.group(1)) > 0, f"no measured row for {data} {tool}:\n{text}"
