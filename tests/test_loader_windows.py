@@ -241,3 +241,48 @@ def test_the_chunk_cache_serves_later_batches_and_changes_no_value(
     tiny = make_loader(stores, cache_bytes=4096)
     tiny.batch(0, 0)
     assert tiny.cache is not None and tiny.cache.bytes <= 4096
+
+
+def test_anchors_whose_windows_miss_too_many_values_are_dropped(
+    stores: tuple[Path, Path],
+) -> None:
+    a, _ = stores
+    dims = ["time", "latitude", "longitude"]
+    ds = xr.open_zarr(a, chunks=None).load()  # NaN where missing, as xarray decodes
+    variables = ["t2m", "sp"]  # float32 with NaNs; packed int16 with a _FillValue
+    plain = WindowLoader([Source("era5", a, variables, A_WINDOW)], dims, 8)
+    share = 0.04
+    checked = WindowLoader([Source("era5", a, variables, A_WINDOW, max_missing=share)], dims, 8)
+    # The reference: every anchor's window share of NaNs, over the variables, by numpy.
+    grid = np.arange(plain.anchors.count)
+    pos = plain.anchors.at(grid)
+    starts = []
+    for k, d in enumerate(dims):
+        offset = A_WINDOW[d][0] if isinstance(A_WINDOW[d], tuple) else 0
+        starts.append(plain.anchors.index[0][d][pos[k]] + offset)
+    sizes = [A_WINDOW[d][1] if isinstance(A_WINDOW[d], tuple) else A_WINDOW[d] for d in dims]
+    values = [ds[v].values for v in variables]
+    missing = np.array(
+        [
+            sum(
+                int(np.isnan(x[t : t + sizes[0], y : y + sizes[1], z : z + sizes[2]]).sum())
+                for x in values
+            )  # fmt: skip
+            for t, y, z in zip(*starts, strict=True)
+        ]
+    )
+    want = grid[missing <= share * np.prod(sizes) * len(variables)]
+    assert 0 < want.size < grid.size, "the data must have windows on both sides"
+    assert checked.anchors.kept is not None
+    np.testing.assert_array_equal(checked.anchors.kept, want)
+    # The batches hold only those anchors' windows.
+    batch = checked.batch(0, 0)
+    for var in variables:
+        per_window = np.isnan(batch.data["era5"][var]).reshape(batch.ids.shape[0], -1).sum(1)
+        assert per_window.max() <= share * np.prod(sizes) * len(variables)
+    # A threshold no window meets, and one out of range, are refused before any batch.
+    whole = {"time": 1, "latitude": SHAPE[1], "longitude": SHAPE[2]}
+    with pytest.raises(SourceError, match="source 'era5': every anchor's window holds more"):
+        WindowLoader([Source("era5", a, ["t2m"], whole, max_missing=0.0)], dims, 2)
+    with pytest.raises(SourceError, match="max_missing must be a fraction"):
+        Source("era5", a, ["t2m"], whole, max_missing=1.5)

@@ -74,6 +74,14 @@ class ArrayReader:
         threads: int = ...,
         cache: ChunkCache | None = ...,
     ) -> None: ...
+    def count_missing(
+        self,
+        shape: list[int],
+        starts: list[list[int]],
+        out: Any,
+        missing: float | None = ...,
+        threads: int = ...,
+    ) -> None: ...
 
 @final
 class ChunkCache:

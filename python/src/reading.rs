@@ -99,6 +99,39 @@ impl ArrayReader {
         drop(buffer);
         Ok(())
     }
+
+    /// Fills `out` (a writable C-contiguous buffer of exactly `prod(len(s) for s in starts)`
+    /// uint64 values, as bytes) with the number of missing values (NaN, or `missing` as
+    /// stored) in the window of `shape` at every combination of `starts` (one ascending list
+    /// of window starts per axis), in C order over those lists; each chunk the windows touch
+    /// is decoded once. `threads` decode threads (0: one per core).
+    #[pyo3(signature = (shape, starts, out, missing=None, threads=0))]
+    fn count_missing(
+        &self,
+        py: Python<'_>,
+        shape: Vec<u64>,
+        starts: Vec<Vec<u64>>,
+        out: &Bound<'_, PyAny>,
+        missing: Option<f64>,
+        threads: usize,
+    ) -> PyResult<()> {
+        let buffer = PyBuffer::<u8>::get(out)?;
+        let total: usize = starts.iter().map(Vec::len).product();
+        if buffer.readonly() || !buffer.is_c_contiguous() || buffer.len_bytes() != total * 8 {
+            return Err(to_py(Error::plan(
+                "out",
+                format!("needs a writable, C-contiguous buffer of {total} uint64 values"),
+            )));
+        }
+        let array = self.array.clone();
+        let counts = crate::gate::call(py, move || {
+            read::missing_counts(&array, &shape, &starts, missing, threads)
+        })?;
+        let bytes: Vec<u8> = counts.iter().flat_map(|c| c.to_ne_bytes()).collect();
+        buffer.copy_from_slice(py, &bytes)?;
+        drop(buffer);
+        Ok(())
+    }
 }
 
 /// Decoded chunks kept across reads within a byte budget (least recently used dropped

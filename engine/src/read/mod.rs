@@ -11,6 +11,7 @@
 mod cache;
 mod decode;
 mod destination;
+mod missing;
 mod plan;
 
 use crate::array::Region;
@@ -20,6 +21,7 @@ use crate::zarr::ZarrArray;
 
 pub use cache::{CacheStats, ChunkCache};
 pub(crate) use destination::Destination;
+pub use missing::missing_counts;
 
 /// Opens the array at `url` for reading.
 pub fn open_array(url: &str, io_threads: usize) -> Result<ZarrArray> {

@@ -50,7 +50,10 @@ class Source:
     """Variables `variables` of the Zarr group at `url`, read as windows: `window` maps each
     dimension to a length (from the anchor's index on), an (offset, length) pair or a
     `Window`; dimensions it omits are read whole. `align` maps a dimension to how its
-    coordinate is matched to anchor labels (see `METHODS`; default `exact`)."""
+    coordinate is matched to anchor labels (see `METHODS`; default `exact`). With
+    `max_missing` (a fraction, 0 to 1), the loader drops the anchors where more than that
+    share of this source's window values (over its variables) are missing: NaN, or the
+    variable's `_FillValue`; the engine counts them in one pass before the first batch."""
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class Source:
         window: Mapping[str, int | tuple[int, int] | Window],
         *,
         align: Mapping[str, str] | None = None,
+        max_missing: float | None = None,
     ) -> None:
         import xarray as xr
 
@@ -108,6 +112,11 @@ class Source:
                     f"not fit its {self.sizes[dim]}"
                 )
             self.windows[dim] = w
+        if max_missing is not None and not 0 <= max_missing <= 1:
+            raise SourceError(
+                f"source {name!r}: max_missing must be a fraction from 0 to 1, got {max_missing}"
+            )
+        self.max_missing = max_missing
         self.align = dict(align or {})
         for dim, method in self.align.items():
             if method not in METHODS:
@@ -140,6 +149,27 @@ class Source:
         w = self.windows.get(dim, Window(0, self.sizes[dim]))
         first = index + w.offset
         return (index >= 0) & (first >= 0) & (first + w.length <= self.sizes[dim])
+
+    def missing_share(
+        self, starts: Sequence[npt.NDArray[np.int64]], threads: int = 0
+    ) -> npt.NDArray[np.float64]:
+        """The share of missing values (NaN, or a variable's `_FillValue`), over every
+        variable, in the window at each combination of `starts` (per dimension of the source,
+        ascending window starts), shaped by those combinations."""
+        counts = np.zeros(tuple(len(s) for s in starts), dtype=np.uint64)
+        lists = [[int(v) for v in s] for s in starts]
+        for v, reader in self._readers.items():
+            out = np.empty(counts.shape, dtype=np.uint64)
+            fill = self._decode[v].fill
+            reader.count_missing(
+                list(self.shape),
+                lists,
+                out.reshape(-1).view(np.uint8),
+                None if fill is None else float(fill),
+                threads,
+            )
+            counts += out
+        return counts / float(np.prod(self.shape) * len(self._readers))
 
     def read(
         self,

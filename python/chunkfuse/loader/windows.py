@@ -119,18 +119,72 @@ class Anchors:
             for i, idx in found:
                 self.index[i][d] = idx[ok]
         self.shape = tuple(int(lab.shape[0]) for lab in self.labels)
+        # Where every source's window holds few enough missing values (None: not asked).
+        valid = self._complete(sources)
         # The anchors `keep` chose, as ids into the grid of label combinations (None: all).
         self.kept: npt.NDArray[np.int64] | None = None
         if keep is not None:
-            self.kept = self._keep(keep)
+            self.kept = self._keep(keep, valid)
+        elif valid is not None:
+            self.kept = np.flatnonzero(valid.reshape(-1)).astype(np.int64)
         self.count = int(np.prod(self.shape)) if self.kept is None else int(self.kept.shape[0])
 
-    def _keep(self, keep: AnchorFilter) -> npt.NDArray[np.int64]:
-        """The grid ids `keep` chooses, asked over slices of the grid."""
+    def _complete(self, sources: Sequence[Source]) -> npt.NDArray[np.bool_] | None:
+        """Over the grid of anchors: whether each source with `max_missing` has at most that
+        share of missing values in its window there (None when no source asks)."""
+        valid: npt.NDArray[np.bool_] | None = None
+        for i, s in enumerate(sources):
+            if s.max_missing is None:
+                continue
+            starts, where = [], []
+            for d in s.dims:
+                if d in self.index[i]:
+                    first = self.index[i][d]
+                    first = s.starts(d, first) if d in s.windows else np.zeros_like(first)
+                    unique, inverse = np.unique(first, return_inverse=True)
+                    starts.append(unique)
+                    where.append(inverse)
+                else:  # read whole: one window along it
+                    starts.append(np.zeros(1, dtype=np.int64))
+                    where.append(np.zeros(1, dtype=np.int64))
+            ok = s.missing_share(starts) <= s.max_missing
+            if not ok.any():
+                raise SourceError(
+                    f"source {s.name!r}: every anchor's window holds more than "
+                    f"{s.max_missing:.0%} missing values (max_missing)"
+                )
+            # Over the source's dimensions, at each anchor label; then in anchor order, with
+            # the anchor dimensions it lacks broadcast.
+            mine = ok[np.ix_(*where)]
+            keep_axes = [k for k, d in enumerate(s.dims) if d in self.index[i]]
+            mine = mine.reshape([mine.shape[k] for k in keep_axes])
+            order = [d for d in s.dims if d in self.index[i]]
+            mine = np.moveaxis(mine, range(len(order)), [self.dims.index(d) for d in order])
+            for k, d in enumerate(self.dims):
+                if d not in order:
+                    mine = np.expand_dims(mine, k)
+            mine = np.broadcast_to(mine, self.shape)
+            valid = mine.copy() if valid is None else valid & mine
+        if valid is not None and not valid.any():
+            raise SourceError(
+                "no anchor left where every source's window holds few enough missing values"
+            )
+        return valid
+
+    def _keep(
+        self, keep: AnchorFilter, valid: npt.NDArray[np.bool_] | None
+    ) -> npt.NDArray[np.int64]:
+        """The grid ids `keep` chooses among the `valid` ones, asked over slices of the
+        grid."""
         total = int(np.prod(self.shape))
+        flat = None if valid is None else valid.reshape(-1)
         chosen = []
         for start in range(0, total, KEEP_SLICE):
             ids = np.arange(start, min(start + KEEP_SLICE, total), dtype=np.int64)
+            if flat is not None:
+                ids = ids[flat[ids]]
+                if ids.size == 0:
+                    continue
             labels = self.labels_of(ids)
             mask = np.asarray(keep(labels), dtype=bool)
             if mask.shape != ids.shape:
