@@ -3,7 +3,7 @@
 //! the anchors whose windows hold too many, before its first batch.
 //!
 //! One pass over the chunks the windows touch: each chunk is read and decoded once (in
-//! batches, by [`read_windows`](super::read_windows)), its missing values marked, and the
+//! batches, by [`read_windows`](super::windows::read_windows)), its missing values marked, and the
 //! marks summed over each window's part of the chunk axis by axis (a prefix sum along an
 //! axis gives every window's interval at once). The parts add up across chunks.
 
@@ -59,7 +59,7 @@ pub fn missing_counts(
         for batch in regions.chunks(per_read) {
             let corners: Vec<Vec<u64>> = batch.iter().map(|r| r.start.clone()).collect();
             let mut buf = vec![0u8; chunk_bytes * batch.len()];
-            super::read_windows(array, &corners, &chunk_shape, &mut buf, threads)?;
+            super::windows::read_windows(array, &corners, &chunk_shape, &mut buf, threads)?;
             let work = || -> Result<()> {
                 use rayon::prelude::*;
                 batch

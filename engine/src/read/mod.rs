@@ -13,132 +13,30 @@ mod decode;
 mod destination;
 mod missing;
 mod plan;
+mod windows;
 
-use crate::array::Region;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::open_store;
 use crate::zarr::ZarrArray;
 
 pub use cache::{CacheStats, ChunkCache};
 pub(crate) use destination::Destination;
 pub use missing::missing_counts;
+pub use windows::{read_region, read_windows, read_windows_cached};
 
 /// Opens the array at `url` for reading.
 pub fn open_array(url: &str, io_threads: usize) -> Result<ZarrArray> {
     ZarrArray::open(open_store(url, io_threads.max(1))?)
 }
 
-/// Where the parts of one chunk go: (window index, the part of the array it copies).
-type Pieces = Vec<(usize, Region)>;
-
-/// Checks a window against the array's shape.
-fn check_window(shape: &[u64], start: &[u64], size: &[u64], what: &str) -> Result<()> {
-    if start.len() != shape.len() || size.len() != shape.len() {
-        return Err(Error::plan(
-            what,
-            format!(
-                "has {} start and {} size entries, but the array has {} axes",
-                start.len(),
-                size.len(),
-                shape.len()
-            ),
-        ));
-    }
-    for d in 0..shape.len() {
-        if start[d].saturating_add(size[d]) > shape[d] {
-            return Err(Error::plan(
-                what,
-                format!(
-                    "axis {d}: {}..{} is outside the array's extent {}",
-                    start[d],
-                    start[d].saturating_add(size[d]),
-                    shape[d]
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Reads `region` of `array` into `out`, C order (exactly `region.len() * itemsize` bytes).
-pub fn read_region(
-    array: &ZarrArray,
-    region: &Region,
-    out: &mut [u8],
-    threads: usize,
-) -> Result<()> {
-    check_window(&array.shape(), &region.start, &region.shape, "selection")?;
-    read_windows(
-        array,
-        std::slice::from_ref(&region.start),
-        &region.shape,
-        out,
-        threads,
-    )
-}
-
-/// Reads the windows of shape `size` at each of `starts` into `out`, stacked in that order
-/// (exactly `starts.len() * prod(size) * itemsize` bytes), decoding each touched chunk once,
-/// on `threads` threads (0: one per core).
-pub fn read_windows(
-    array: &ZarrArray,
-    starts: &[Vec<u64>],
-    size: &[u64],
-    out: &mut [u8],
-    threads: usize,
-) -> Result<()> {
-    read_windows_cached(array, starts, size, out, threads, None)
-}
-
-/// [`read_windows`], taking the chunks `cache` holds from it and keeping the chunks it
-/// decodes there.
-pub fn read_windows_cached(
-    array: &ZarrArray,
-    starts: &[Vec<u64>],
-    size: &[u64],
-    out: &mut [u8],
-    threads: usize,
-    cache: Option<&ChunkCache>,
-) -> Result<()> {
-    let shape = array.shape();
-    let elem = array.dtype().size();
-    for (i, s) in starts.iter().enumerate() {
-        check_window(&shape, s, size, &format!("window {i}"))?;
-    }
-    let window_bytes = size.iter().product::<u64>() as usize * elem;
-    if out.len() != window_bytes * starts.len() {
-        return Err(Error::internal(format!(
-            "output buffer holds {} bytes, the windows need {}",
-            out.len(),
-            window_bytes * starts.len()
-        )));
-    }
-    if window_bytes == 0 || starts.is_empty() {
-        return Ok(());
-    }
-    let windows: Vec<Region> = starts
-        .iter()
-        .map(|s| Region {
-            start: s.clone(),
-            shape: size.to_vec(),
-        })
-        .collect();
-    let cache = cache.filter(|c| c.budget() > 0);
-    let plan = plan::plan(array, &windows, cache)?;
-    let dest = Destination::over(out, window_bytes, windows);
-    let pool = decode::decode_pool(threads)?;
-    let threads = pool.current_num_threads();
-    decode::copy_hits(&plan.hits, &dest, &pool, elem);
-    decode::decode_all(array, &plan.items, &dest, &pool, threads, cache)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use super::plan::shard_items;
+    use super::plan::{shard_items, Pieces};
     use super::*;
     use crate::array::DType;
+    use crate::array::Region;
     use crate::store::fs::FsStore;
     use crate::store::Store;
     use crate::zarr::{ArraySpec, Codec};

@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::cache::{CacheKey, ChunkCache};
-use super::Pieces;
 use crate::array::Region;
 use crate::error::Result;
 use crate::store::ReadRequest;
 use crate::zarr::ZarrArray;
+
+/// Where the parts of one chunk go: (window index, the part of the array it copies).
+pub(super) type Pieces = Vec<(usize, Region)>;
 
 /// A touched inner chunk of one shard: its position in the shard (C order), its index in
 /// the array's inner grid, and the parts of windows it fills.
