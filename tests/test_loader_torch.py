@@ -86,3 +86,52 @@ def test_a_run_resumed_mid_epoch_with_other_workers_yields_the_same_rest(
     resumed.load_state_dict(state)
     rest = list(DataLoader(resumed, batch_size=None, num_workers=3))
     assert_same(taken + rest, want)
+
+
+def test_batches_are_read_into_the_arrays_allocate_makes(
+    stores: tuple[Path, Path],  # noqa: F811
+) -> None:
+    made: list[np.ndarray] = []
+
+    def allocate(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        made.append(np.empty(shape, dtype=dtype))
+        return made[-1]
+
+    got = make_loader(stores, allocate=allocate).batch(0, 1)
+    want = make_loader(stores).batch(0, 1)
+    arrays = [a for source in got.data.values() for a in source.values()]
+    assert len(made) == len(arrays) == 3
+    for a in arrays:
+        assert any(a is m for m in made)
+    for name, variables in want.data.items():
+        for var, values in variables.items():
+            np.testing.assert_array_equal(got.data[name][var], values)
+    with pytest.raises(ValueError, match="writable C-contiguous numpy array"):
+        make_loader(stores, allocate=lambda shape, dtype: np.empty(3, dtype)).batch(0, 0)
+
+
+def test_batch_arrays_go_to_torch_and_dlpack_without_a_copy(
+    stores: tuple[Path, Path],  # noqa: F811
+) -> None:
+    from chunkfuse.loader.torch_data import to_torch
+
+    batch = make_loader(stores).batch(0, 0)
+    sp = batch.data["era5"]["sp"]
+    assert to_torch(batch)["data"]["era5"]["sp"].data_ptr() == sp.ctypes.data
+    # numpy arrays export DLPack: JAX (jax.numpy.from_dlpack) and CuPy take them the same way.
+    assert torch.from_dlpack(sp).data_ptr() == sp.ctypes.data
+
+
+def test_pinned_batches_need_cuda(stores: tuple[Path, Path]) -> None:  # noqa: F811
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="pin_memory=True needs a CUDA device"):
+            make_loader(stores, pin_memory=True)
+        return
+    from chunkfuse.loader.torch_data import to_torch
+
+    batch = make_loader(stores, pin_memory=True).batch(0, 0)
+    tensor = to_torch(batch)["data"]["era5"]["sp"]
+    assert tensor.is_pinned()
+    np.testing.assert_array_equal(
+        tensor.numpy(), make_loader(stores).batch(0, 0).data["era5"]["sp"]
+    )

@@ -18,6 +18,9 @@ from chunkfuse.loader.order import ONE_PROCESS, UNIFORM, Batches, EpochOrder, Sh
 from chunkfuse.loader.sources import Source, SourceError
 from chunkfuse.reading import ChunkCache
 
+#: Makes the empty array a batch's windows of one variable are read into, given its shape and
+#: dtype (C-contiguous and writable; in pinned memory, say).
+Allocate = Callable[[tuple[int, ...], np.dtype[Any]], npt.NDArray[Any]]
 #: A filter of one anchor dimension's labels: a bool per label.
 LabelFilter = Callable[[npt.NDArray[Any]], npt.ArrayLike]
 #: A filter of anchors: given each anchor dimension's labels of a slice of anchors, a bool per
@@ -27,6 +30,27 @@ AnchorFilter = Callable[[dict[str, npt.NDArray[Any]]], npt.ArrayLike]
 KEEP_SLICE = 1 << 20
 #: The decoded-chunk cache's budget unless told: a few dozen ERA5 fields.
 DEFAULT_CACHE_BYTES = 256 << 20
+
+
+def _numpy_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    return np.empty(shape, dtype=dtype)
+
+
+def _pinned() -> Allocate:
+    """An allocator of page-locked host memory (PyTorch's), refused without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(
+            "pin_memory=True needs a CUDA device: torch.cuda.is_available() is False here"
+        )
+
+    def allocate(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        # The numpy view keeps the pinned tensor (its memory) alive.
+        like = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        return torch.empty(shape, dtype=like, pin_memory=True).numpy()
+
+    return allocate
 
 
 @dataclass
@@ -221,7 +245,10 @@ class WindowLoader:
     restricts anchors by all their labels at once (a land mask); both run once, before the
     first batch. Decoded chunks are kept across batches in a cache of `cache_bytes` (0:
     none), shared by every source, so batches whose windows share chunks (a chunk-aware
-    `shuffle`) decode each once while it stays there.
+    `shuffle`) decode each once while it stays there. Each variable's windows of a batch are
+    read straight into one array that `allocate` makes (default `numpy.empty`);
+    `pin_memory=True` makes them in page-locked memory through PyTorch, for fast copies to
+    a GPU (it needs CUDA).
     """
 
     def __init__(
@@ -239,6 +266,8 @@ class WindowLoader:
         prefetch: int = 2,
         threads: int = 0,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        allocate: Allocate | None = None,
+        pin_memory: bool = False,
     ) -> None:
         if not sources:
             raise SourceError("no sources given")
@@ -256,6 +285,9 @@ class WindowLoader:
         self.seed = seed
         self.prefetch = prefetch
         self.threads = threads
+        if pin_memory and allocate is not None:
+            raise ValueError("give allocate= or pin_memory=True, not both")
+        self.allocate: Allocate = _pinned() if pin_memory else (allocate or _numpy_empty)
         #: Decoded chunks kept across batches (None: no cache).
         self.cache = ChunkCache(cache_bytes) if cache_bytes else None
         self.epoch = 0
@@ -278,11 +310,27 @@ class WindowLoader:
                     k = self.anchors.dims.index(d)
                     idx = self.anchors.index[i][d][where[k]]
                     starts[:, axis] = s.starts(d, idx) if d in s.windows else 0
-            out = {v: np.empty((ids.shape[0], *s.shape), dtype=s.dtypes[v]) for v in s.variables}
+            out = {v: self._allocate((ids.shape[0], *s.shape), s.dtypes[v]) for v in s.variables}
             s.read(starts, out, self.threads, self.cache)
             data[s.name] = out
         labels = {d: self.anchors.labels[k][where[k]] for k, d in enumerate(self.anchors.dims)}
         return Batch(data, labels, epoch, step, ids)
+
+    def _allocate(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        out = self.allocate(shape, dtype)
+        if (
+            not isinstance(out, np.ndarray)
+            or out.shape != shape
+            or out.dtype != dtype
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise ValueError(
+                f"allocate{shape, dtype} must return a writable C-contiguous numpy array of "
+                f"that shape and dtype, got {type(out).__name__} "
+                f"{getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}"
+            )
+        return out
 
     def __iter__(self) -> Iterator[Batch]:
         epoch, start = self.epoch, self.step
