@@ -14,8 +14,9 @@ the same through PyTorch's `DataLoader` with 2 persistent worker processes, xbat
 window's size in a shuffled order, since it has no random anchors; Dask's synchronous
 scheduler in each of 2 forkserver workers), a zarr-python loop (one slice per window) and
 tensorstore (every window of a batch read concurrently). The decode floor: the least each
-batch must decode, each chunk it touches once through the last row a window needs (for a
-sharded array, each touched inner chunk once), read by the engine with no window cut out.
+batch must decode, each chunk it touches once through the last element a window needs (for
+a sharded array, each touched inner chunk once, whole), decoded by the engine on all cores
+with nothing copied out (a one-element read at each such last element).
 Reported: samples/s, GB/s of window values, each tool's time against chunkfuse's, and
 chunkfuse's against the floor. Appends (or replaces) "## Training loader" in --out/RESULTS.md.
 --quick: tiny arrays (8 x 73 x 144, windows 4 x 32 x 32, 8 per batch, 3 batches, one round),
@@ -99,7 +100,7 @@ def grouped(array: Path, root: Path, name: str) -> Path:
     meta["dimension_names"] = ["time", "latitude", "longitude"]
     (group / "t2m").mkdir()
     (group / "t2m" / "zarr.json").write_text(json.dumps(meta))
-    os.symlink(array / "c", group / "t2m" / "c")
+    os.symlink(array.resolve() / "c", group / "t2m" / "c")
     return group
 
 
@@ -247,60 +248,50 @@ def time_xbatcher(setup: Setup, n: int) -> float:
     return time.perf_counter() - started
 
 
-def _decode_units(setup: Setup, corners: np.ndarray) -> dict[tuple[int, ...], list[list[int]]]:
-    """The least a batch must decode, as regions grouped by shape: each chunk its windows
-    touch once, through the last row any of them needs (a C-ordered prefix: the engine
-    decodes no further); for a sharded array each touched inner chunk once, whole."""
+def _last_elements(setup: Setup, corners: np.ndarray) -> list[list[int]]:
+    """The least a batch must decode, as one element per decoded unit: for each chunk its
+    windows touch, the last element (C order) any of them needs, since the engine decodes a
+    chunk only that far; for a sharded array, the last element of each touched inner chunk,
+    which the engine decodes whole."""
     meta = json.loads((setup.group / "t2m" / "zarr.json").read_text())
     shape = meta["shape"]
     grid = meta["chunk_grid"]["configuration"]["chunk_shape"]
     sharding = [c for c in meta["codecs"] if c["name"] == "sharding_indexed"]
-    chunk = sharding[0]["configuration"]["chunk_shape"] if sharding else grid
     t, y, x = setup.window
-    rows: dict[tuple[int, int, int], int] = {}
+    last: dict[tuple[int, ...], tuple[int, int, int]] = {}
     for a, b, d in corners.tolist():
-        for k in range(a // chunk[0], (a + t - 1) // chunk[0] + 1):
-            for i in range(b // chunk[1], (b + y - 1) // chunk[1] + 1):
-                cols = range(d // chunk[2], (d + x - 1) // chunk[2] + 1) if sharding else [0]
-                for j in cols:
-                    end = min(shape[1], (i + 1) * chunk[1]) if sharding else b + y
-                    rows[(k, i, j)] = max(rows.get((k, i, j), 0), end)
-    groups: dict[tuple[int, ...], list[list[int]]] = {}
-    for (k, i, j), end in rows.items():
         if sharding:
-            y0, x0 = i * chunk[1], j * chunk[2]
-            box = (1, end - y0, min(shape[2], x0 + chunk[2]) - x0)
-            groups.setdefault(box, []).append([k, y0, x0])
+            inner = sharding[0]["configuration"]["chunk_shape"]
+            for k in range(a, a + t):
+                for i in range(b // inner[1], (b + y - 1) // inner[1] + 1):
+                    for j in range(d // inner[2], (d + x - 1) // inner[2] + 1):
+                        end = (
+                            k,
+                            min(shape[1], (i + 1) * inner[1]) - 1,
+                            min(shape[2], (j + 1) * inner[2]) - 1,
+                        )
+                        last[(k, i, j)] = end
         else:
-            groups.setdefault((1, end, shape[2]), []).append([k, 0, 0])
-    return groups
+            for k in range(a // grid[0], (a + t - 1) // grid[0] + 1):
+                # Rows are whole in these chunks: the window's last row and column.
+                end = (k, b + y - 1, d + x - 1)
+                last[(k,)] = max(last.get((k,), end), end)
+    return [list(e) for e in last.values()]
 
 
 def time_floor(setup: Setup, n: int) -> float:
-    """Each batch's least decode (`_decode_units`), the regions read by the engine as
-    concurrent calls of one thread each (one per core) and copied nowhere else."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Each batch's least decode (`_last_elements`): one engine read per batch of a single
+    element at each decoded unit's last needed element, so each unit is decoded as far as the
+    windows need it, once, on all cores, and nothing else is copied."""
     from chunkfuse.reading import ArrayReader
 
     reader = ArrayReader(str(setup.group / "t2m"))
-    cores = os.cpu_count() or 1
-    plans = [_decode_units(setup, c) for c in setup.corners(range(1, n + 1))]
-
-    def read(box: tuple[int, ...], starts: list[list[int]]) -> None:
-        out = np.empty((len(starts), *box), dtype=reader.dtype)
-        reader.read_into(starts, list(box), out.reshape(-1).view(np.uint8), 1)
-
-    with ThreadPoolExecutor(cores) as pool:
-        started = time.perf_counter()
-        for groups in plans:
-            parts = [
-                (box, starts[k::cores])
-                for box, starts in groups.items()
-                for k in range(min(cores, len(starts)))
-            ]
-            list(pool.map(lambda p: read(*p), parts))
-        return time.perf_counter() - started
+    plans = [_last_elements(setup, c) for c in setup.corners(range(1, n + 1))]
+    outs = [np.empty(len(p), dtype=reader.dtype) for p in plans]
+    started = time.perf_counter()
+    for ends, out in zip(plans, outs, strict=True):
+        reader.read_into(ends, [1, 1, 1], out.view(np.uint8), 0)
+    return time.perf_counter() - started
 
 
 TIMERS: dict[str, Callable[[Setup, int], float]] = {
@@ -407,7 +398,8 @@ def report(
         "without its chunk cache. xbatcher has no random anchors: its rows read its tiles of "
         "the same size in a shuffled order (Dask's synchronous scheduler in each worker). The "
         "floor decodes the least each batch must: every chunk it touches once, through the "
-        "last row a window needs (sharded: every touched inner chunk once), nothing cut out. "
+        "last element a window needs (sharded: every touched inner chunk once, whole), on all "
+        "cores, copying nothing out (a one-element read at each such element). "
         "The sharded copies hold a shard per step in 8 x 8 inner chunks.",
         "",
         "| data | tool | samples/s, median (range) | GB/s of windows | time vs chunkfuse | note |",
