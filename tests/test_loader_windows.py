@@ -286,3 +286,66 @@ def test_anchors_whose_windows_miss_too_many_values_are_dropped(
         WindowLoader([Source("era5", a, ["t2m"], whole, max_missing=0.0)], dims, 2)
     with pytest.raises(SourceError, match="max_missing must be a fraction"):
         Source("era5", a, ["t2m"], whole, max_missing=1.5)
+
+
+def test_sources_from_datasets_xarray_opened(
+    stores: tuple[Path, Path],
+) -> None:
+    a, _ = stores
+    ds = xr.open_zarr(a)
+    dims = ["time", "latitude", "longitude"]
+    by_url = WindowLoader([Source("era5", a, ["t2m", "sp"], A_WINDOW)], dims, 8).batch(0, 2)
+    by_ds = WindowLoader([Source("era5", ds, ["t2m", "sp"], A_WINDOW)], dims, 8).batch(0, 2)
+    # A DataArray taken from a Dataset forgets its store: given the store, it reads by name.
+    sp = ds["sp"]
+    with pytest.raises(SourceError, match="DataArray does not say which store"):
+        Source("era5", sp, None, A_WINDOW)
+    sp.encoding["source"] = ds.encoding["source"]
+    by_da = WindowLoader([Source("era5", sp, None, A_WINDOW)], dims, 8).batch(0, 2)
+    for var in ("t2m", "sp"):
+        np.testing.assert_array_equal(by_ds.data["era5"][var], by_url.data["era5"][var])
+    np.testing.assert_array_equal(by_da.data["era5"]["sp"], by_url.data["era5"]["sp"])
+    assert list(by_da.data["era5"]) == ["sp"]
+    # A selection would be ignored (the store is read), so it is refused.
+    with pytest.raises(SourceError, match="dimension 'time': the Dataset holds 5 of the store"):
+        Source("era5", ds.isel(time=slice(0, 5)), ["t2m"], A_WINDOW)
+    made = xr.Dataset({"t2m": (("time",), np.zeros(3))})
+    with pytest.raises(SourceError, match="does not say which store it was opened from"):
+        Source("mem", made, ["t2m"], {"time": 1})
+
+
+def test_jittered_anchors_move_within_reach_and_still_equal_xarray(
+    stores: tuple[Path, Path],
+) -> None:
+    a, b = (xr.open_zarr(p, chunks=None) for p in stores)
+    reach = {"latitude": 2, "longitude": 3}
+    stride = {"latitude": 4, "longitude": 6}
+    loader = make_loader(stores, stride=stride, jitter=reach)
+    fixed = make_loader(stores, stride=stride)
+    assert loader.anchors.count == fixed.anchors.count
+    moved = 0
+    for epoch in (0, 1):
+        batch, grid = loader.batch(epoch, 1), fixed.batch(epoch, 1)
+        np.testing.assert_array_equal(batch.ids, grid.ids)
+        for k in range(batch.ids.shape[0]):
+            labels = {d: batch.anchors[d][k] for d in ("time", "latitude", "longitude")}
+            for var in ("t2m", "sp"):
+                want = reference(a, var, labels, A_WINDOW, {})
+                np.testing.assert_array_equal(batch.data["era5"][var][k], want)
+            np.testing.assert_array_equal(
+                batch.data["coarse"]["tp"][k], reference(b, "tp", labels, B_WINDOW, B_ALIGN)
+            )
+            for d, steps in reach.items():
+                here = a.indexes[d].get_loc(labels[d])
+                there = a.indexes[d].get_loc(grid.anchors[d][k])
+                assert abs(here - there) <= steps
+                moved += here != there
+        # The same (seed, epoch, step) gives the same jitter.
+        again = make_loader(stores, stride=stride, jitter=reach).batch(epoch, 1)
+        for d in reach:
+            np.testing.assert_array_equal(again.anchors[d], batch.anchors[d])
+    assert moved > 0
+    with pytest.raises(SourceError, match="jitter= names 'level'"):
+        make_loader(stores, jitter={"level": 1})
+    with pytest.raises(SourceError, match="jitter must be at least 0"):
+        make_loader(stores, jitter={"latitude": -1})

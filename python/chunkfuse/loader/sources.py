@@ -47,7 +47,10 @@ def _window(spec: int | tuple[int, int] | Window) -> Window:
 
 
 class Source:
-    """Variables `variables` of the Zarr group at `url`, read as windows: `window` maps each
+    """Variables `variables` of the Zarr group at `url` (or of the Dataset xarray opened from
+    it, `xr.open_zarr(url)`, which must be the whole store; or a DataArray whose encoding
+    names its store, `variables=None` reading it by its name), read as windows: `window`
+    maps each
     dimension to a length (from the anchor's index on), an (offset, length) pair or a
     `Window`; dimensions it omits are read whole. `align` maps a dimension to how its
     coordinate is matched to anchor labels (see `METHODS`; default `exact`). With
@@ -58,8 +61,8 @@ class Source:
     def __init__(
         self,
         name: str,
-        url: str | os.PathLike[str],
-        variables: Sequence[str],
+        url: str | os.PathLike[str] | Any,
+        variables: Sequence[str] | None,
         window: Mapping[str, int | tuple[int, int] | Window],
         *,
         align: Mapping[str, str] | None = None,
@@ -68,6 +71,9 @@ class Source:
         import xarray as xr
 
         self.name = name
+        opened = url if isinstance(url, (xr.Dataset, xr.DataArray)) else None
+        if opened is not None:
+            url, variables = _opened_store(name, opened, variables)
         self.url = os.fspath(url)
         if not variables:
             raise SourceError(f"source {name!r}: no variables given")
@@ -80,6 +86,8 @@ class Source:
             raise SourceError(
                 f"source {name!r}: cannot open {self.url} as a Zarr group: {e}"
             ) from e
+        if opened is not None:
+            _check_whole(name, opened, ds)
         missing = [v for v in variables if v not in ds.data_vars]
         if missing:
             raise SourceError(
@@ -189,6 +197,38 @@ class Source:
             )
             if not decoding.identity:
                 decoding.apply(raw, out[v])
+
+
+def _opened_store(name: str, opened: Any, variables: Sequence[str] | None) -> tuple[str, list[str]]:
+    """The store path of a Dataset or DataArray xarray opened from Zarr, and the variables
+    to read (a DataArray's own name unless given)."""
+    import xarray as xr
+
+    source = opened.encoding.get("source")
+    if isinstance(opened, xr.DataArray):
+        if variables is None:
+            if opened.name is None:
+                raise SourceError(f"source {name!r}: the DataArray has no name to read it by")
+            variables = [str(opened.name)]
+    if not source:
+        raise SourceError(
+            f"source {name!r}: the {type(opened).__name__} does not say which store it was "
+            "opened from (encoding['source']; a DataArray taken from a Dataset does not): "
+            "give the Zarr store's URL, or the Dataset xr.open_zarr(url) returned"
+        )
+    return str(source), list(variables or [])
+
+
+def _check_whole(name: str, opened: Any, stored: Any) -> None:
+    """Refuses a Dataset or DataArray that is a selection of its store: the loader reads the
+    store, so a subset would be silently ignored."""
+    for dim, size in opened.sizes.items():
+        if stored.sizes.get(dim) != size:
+            raise SourceError(
+                f"source {name!r}, dimension {dim!r}: the {type(opened).__name__} holds "
+                f"{size} of the store's {stored.sizes.get(dim)} labels; the loader reads "
+                "the whole store: restrict anchors with where= or keep= instead"
+            )
 
 
 @dataclass(frozen=True)

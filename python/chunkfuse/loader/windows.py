@@ -66,6 +66,78 @@ class Batch:
     ids: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
 
 
+def _valid_labels(
+    sources: Sequence[Source], d: str, labels: npt.NDArray[Any]
+) -> tuple[npt.NDArray[np.bool_], list[tuple[int, npt.NDArray[np.int64]]]]:
+    """Which `labels` of anchor dimension `d` every source having it aligns with, its window
+    inside its array; and each such source's index of every label."""
+    ok = np.ones(labels.shape[0], dtype=bool)
+    found = []
+    for i, s in enumerate(sources):
+        if d not in s.sizes:
+            continue
+        idx = s.indices(d, labels)
+        fits = s.fits(d, idx)
+        if not fits.any():
+            raise SourceError(
+                f"source {s.name!r}, dimension {d!r}: no anchor label "
+                f"({labels[0]} .. {labels[-1]}) aligns with its coordinate with its "
+                "window inside the array"
+            )
+        ok &= fits
+        found.append((i, idx))
+    if not ok.any():
+        raise SourceError(
+            f"anchor dimension {d!r}: no label where every source's window fits "
+            f"({[sources[i].name for i, _ in found]})"
+        )
+    return ok, found
+
+
+@dataclass(frozen=True)
+class _Jitter:
+    """How anchors move along one dimension: up to `steps` label positions either way (of
+    the first source's coordinate), to the nearest label valid for every source."""
+
+    steps: int
+    #: The coordinate position of each anchor label (the strided grid).
+    grid: npt.NDArray[np.int64]
+    #: The positions an anchor may move to, ascending, their labels and each source's index.
+    valid: npt.NDArray[np.int64]
+    labels: npt.NDArray[Any]
+    index: dict[int, npt.NDArray[np.int64]]
+
+    def move(
+        self,
+        where: npt.NDArray[np.int64],
+        ids: npt.NDArray[np.int64],
+        seed: int,
+        epoch: int,
+        axis: int,
+    ) -> npt.NDArray[np.int64]:
+        """Indices into `valid` of anchors at label positions `where` (into `grid`) moved
+        by their offsets for (seed, epoch, id, axis)."""
+        offsets = _mix(seed, epoch, ids, axis) % np.uint64(2 * self.steps + 1)
+        target = self.grid[where] + offsets.astype(np.int64) - self.steps
+        right = np.searchsorted(self.valid, target).clip(0, self.valid.shape[0] - 1)
+        left = (right - 1).clip(0)
+        nearer = np.abs(self.valid[left] - target) <= np.abs(self.valid[right] - target)
+        return np.where(nearer, left, right)
+
+
+def _mix(seed: int, epoch: int, ids: npt.NDArray[np.int64], axis: int) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash of (seed, epoch, id, axis) per id (splitmix64's finalizer)."""
+    with np.errstate(over="ignore"):
+        x = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x ^= np.uint64((seed * 0xBF58476D1CE4E5B9 + epoch * 0x94D049BB133111EB + axis) % 2**64)
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
 class Anchors:
     """The valid anchors: every combination of the labels along `dims` (taken from the first
     source that has each dimension, every `stride` steps) at which every source's window
@@ -78,9 +150,20 @@ class Anchors:
         stride: Mapping[str, int],
         where: Mapping[str, LabelFilter] | None = None,
         keep: AnchorFilter | None = None,
+        jitter: Mapping[str, int] | None = None,
     ) -> None:
         self.dims = tuple(dims)
         where = dict(where or {})
+        jitter = dict(jitter or {})
+        for d, j in jitter.items():
+            if d not in self.dims:
+                raise SourceError(
+                    f"jitter= names {d!r}, which is not an anchor dimension ({self.dims})"
+                )
+            if int(j) < 0:
+                raise SourceError(f"anchor dimension {d!r}: jitter must be at least 0, got {j}")
+        #: Per jittered anchor dimension: the valid labels an anchor may move to.
+        self.jittered: dict[str, _Jitter] = {}
         unknown = [d for d in where if d not in self.dims]
         if unknown:
             raise SourceError(
@@ -109,39 +192,36 @@ class Anchors:
                     f"source {first.name!r}, dimension {d!r}: no coordinate to take anchor "
                     "labels from"
                 )
-            labels = first.coords[d][::step]
-            ok = np.ones(labels.shape[0], dtype=bool)
-            found = []
-            for i, s in enumerate(sources):
-                if d not in s.sizes:
-                    continue
-                idx = s.indices(d, labels)
-                fits = s.fits(d, idx)
-                if not fits.any():
-                    raise SourceError(
-                        f"source {s.name!r}, dimension {d!r}: no anchor label "
-                        f"({labels[0]} .. {labels[-1]}) aligns with its coordinate with its "
-                        "window inside the array"
-                    )
-                ok &= fits
-                found.append((i, idx))
-            if not ok.any():
-                raise SourceError(
-                    f"anchor dimension {d!r}: no label where every source's window fits "
-                    f"({[sources[i].name for i, _ in found]})"
-                )
+            full = first.coords[d]
+            ok, found = _valid_labels(sources, d, full)
             if d in where:
-                chosen = np.asarray(where[d](labels), dtype=bool)
-                if chosen.shape != labels.shape:
+                chosen = np.asarray(where[d](full), dtype=bool)
+                if chosen.shape != full.shape:
                     raise SourceError(
-                        f"where[{d!r}] returned shape {chosen.shape} for {labels.shape[0]} labels"
+                        f"where[{d!r}] returned shape {chosen.shape} for {full.shape[0]} labels"
                     )
                 ok &= chosen
                 if not ok.any():
                     raise SourceError(f"anchor dimension {d!r}: where[{d!r}] leaves no anchor")
-            self.labels.append(labels[ok])
+            positions = np.arange(0, full.shape[0], step)
+            positions = positions[ok[positions]]
+            if positions.size == 0:
+                raise SourceError(
+                    f"anchor dimension {d!r}: no label every {step} steps where every "
+                    "source's window fits"
+                )
+            self.labels.append(full[positions])
             for i, idx in found:
-                self.index[i][d] = idx[ok]
+                self.index[i][d] = idx[positions]
+            if jitter.get(d, 0):
+                reachable = np.flatnonzero(ok)
+                self.jittered[d] = _Jitter(
+                    int(jitter[d]),
+                    positions,
+                    reachable,
+                    full[reachable],
+                    {i: idx[reachable] for i, idx in found},
+                )
         self.shape = tuple(int(lab.shape[0]) for lab in self.labels)
         # Where every source's window holds few enough missing values (None: not asked).
         valid = self._complete(sources)
@@ -227,6 +307,28 @@ class Anchors:
         where = np.unravel_index(grid_ids, self.shape)
         return {d: self.labels[k][where[k]] for k, d in enumerate(self.dims)}
 
+    def locate(
+        self, ids: npt.NDArray[np.int64], epoch: int, seed: int
+    ) -> tuple[dict[str, npt.NDArray[Any]], list[dict[str, npt.NDArray[np.int64]]]]:
+        """Each anchor's label along each anchor dimension, and each source's index of it,
+        after this epoch's jitter (a pure function of seed, epoch and anchor id)."""
+        where = self.at(ids)
+        labels: dict[str, npt.NDArray[Any]] = {}
+        index: list[dict[str, npt.NDArray[np.int64]]] = [{} for _ in self.index]
+        for k, d in enumerate(self.dims):
+            jit = self.jittered.get(d)
+            if jit is None:
+                labels[d] = self.labels[k][where[k]]
+                for i, per_dim in enumerate(self.index):
+                    if d in per_dim:
+                        index[i][d] = per_dim[d][where[k]]
+                continue
+            moved = jit.move(where[k], ids, seed, epoch, k)
+            labels[d] = jit.labels[moved]
+            for i, idx in jit.index.items():
+                index[i][d] = idx[moved]
+        return labels, index
+
     def at(self, ids: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
         """The label position along each anchor dimension of each anchor id."""
         grid = ids if self.kept is None else self.kept[ids]
@@ -243,7 +345,11 @@ class WindowLoader:
     read runs in the engine with the GIL released, on `threads` threads, 0: all cores).
     `where` restricts an anchor dimension's labels (`{"time": lambda t: t < cutoff}`); `keep`
     restricts anchors by all their labels at once (a land mask); both run once, before the
-    first batch. Decoded chunks are kept across batches in a cache of `cache_bytes` (0:
+    first batch. `jitter={"latitude": 4}` moves each anchor by up to 4 label positions either
+    way along that dimension, anew each epoch (a pure function of seed, epoch and anchor),
+    to the nearest label where every source's window fits (`where` holds there too; the
+    missing-value filter and `keep` judge the anchor before it moves). Decoded chunks are
+    kept across batches in a cache of `cache_bytes` (0:
     none), shared by every source, so batches whose windows share chunks (a chunk-aware
     `shuffle`) decode each once while it stays there. Each variable's windows of a batch are
     read straight into one array that `allocate` makes (default `numpy.empty`);
@@ -262,6 +368,7 @@ class WindowLoader:
         stride: Mapping[str, int] | None = None,
         where: Mapping[str, LabelFilter] | None = None,
         keep: AnchorFilter | None = None,
+        jitter: Mapping[str, int] | None = None,
         split: Split = ONE_PROCESS,
         prefetch: int = 2,
         threads: int = 0,
@@ -279,7 +386,7 @@ class WindowLoader:
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be at least 0, got {cache_bytes}")
         self.sources = list(sources)
-        self.anchors = Anchors(self.sources, dims, stride or {}, where, keep)
+        self.anchors = Anchors(self.sources, dims, stride or {}, where, keep, jitter)
         self.order = EpochOrder(self.anchors.count, seed, shuffle)
         self.batches = Batches(self.order, batch_size, split)
         self.seed = seed
@@ -301,19 +408,17 @@ class WindowLoader:
     def batch(self, epoch: int, step: int) -> Batch:
         """The rank's batch `step` of epoch `epoch`, read now."""
         ids = self.batches.anchors(epoch, step)
-        where = self.anchors.at(ids)
+        labels, index = self.anchors.locate(ids, epoch, self.seed)
         data: dict[str, dict[str, npt.NDArray[Any]]] = {}
         for i, s in enumerate(self.sources):
             starts = np.zeros((ids.shape[0], len(s.dims)), dtype=np.int64)
             for axis, d in enumerate(s.dims):
-                if d in self.anchors.index[i]:
-                    k = self.anchors.dims.index(d)
-                    idx = self.anchors.index[i][d][where[k]]
+                if d in index[i]:
+                    idx = index[i][d]
                     starts[:, axis] = s.starts(d, idx) if d in s.windows else 0
             out = {v: self._allocate((ids.shape[0], *s.shape), s.dtypes[v]) for v in s.variables}
             s.read(starts, out, self.threads, self.cache)
             data[s.name] = out
-        labels = {d: self.anchors.labels[k][where[k]] for k, d in enumerate(self.anchors.dims)}
         return Batch(data, labels, epoch, step, ids)
 
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
