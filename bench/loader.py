@@ -351,10 +351,55 @@ def main(argv: list[str] | None = None) -> int:
                 runs.setdefault((data, tool), []).append(seconds)
                 print(f"  {data:9} {tool:36} {seconds:7.3f} s", file=sys.stderr)
     lines = report(args, setups, runs, notes, started)
+    lines += ["", plot(setups, runs, args.batches, out)]
     bench_run.replace_section(out / "RESULTS.md", lines)
     print("\n".join(lines))
     failed = [k for k, v in notes.items() if v.startswith("failed") or (k[1] == OURS)]
     return 1 if failed else 0
+
+
+def plot(
+    setups: dict[str, Setup], runs: dict[tuple[str, str], list[float]], batches: int, out: Path
+) -> str:
+    """A bar chart of samples/s (median, range) per tool and data set: --out/loader.png."""
+    name = "loader.png"
+    if importlib.util.find_spec("matplotlib") is None:
+        return f"{name} not written: matplotlib is not installed."
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tools = [*TOOLS, FLOOR]
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    height = 0.8 / len(setups)
+    colors = ["tab:orange", "tab:blue", "tab:green", "tab:purple"]
+    for k, (data, setup) in enumerate(setups.items()):
+        meds, lows, highs = [], [], []
+        for tool in tools:
+            rates = [batches * setup.batch / s for s in runs.get((data, tool), [])] or [0.0]
+            med = statistics.median(rates)
+            meds.append(med)
+            lows.append(med - min(rates))
+            highs.append(max(rates) - med)
+        ax.barh(
+            [i + k * height for i in range(len(tools))],
+            meds,
+            height=height,
+            xerr=[lows, highs],
+            color=colors[k % len(colors)],
+            label=data,
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("samples/s (median, range; log scale)")
+    ax.set_yticks([i + height * (len(setups) - 1) / 2 for i in range(len(tools))])
+    ax.set_yticklabels(tools, fontsize="small")
+    ax.invert_yaxis()
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return f"![training loader]({name})"
 
 
 def _commit() -> str:

@@ -32,6 +32,7 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
     tools = ["chunkfuse WindowLoader", "chunkfuse in DataLoader, 2 workers", "zarr-python loop"]
     tools += ["xbatcher \\+ Dask \\+ DataLoader, 2 workers", "decode floor \\(touched chunks\\)"]
     assert re.search(r"commit [0-9a-f]{7,}\+?", text), text[:600]
+    assert "![training loader](loader.png)" in text and (out / "loader.png").stat().st_size > 0
     for data in ("noisy", "quantized", "noisy, sharded", "quantized, sharded"):
         for tool in tools:
             row = re.search(rf"^\| {data} \| {tool} \| (\d+) \(", text, re.MULTILINE)
