@@ -349,3 +349,35 @@ def test_jittered_anchors_move_within_reach_and_still_equal_xarray(
         make_loader(stores, jitter={"level": 1})
     with pytest.raises(SourceError, match="jitter must be at least 0"):
         make_loader(stores, jitter={"latitude": -1})
+
+
+def test_masked_integers_decode_to_float32_as_xarray_does(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    values = np.round(2000 * rng.standard_normal((6, 12, 16))).astype("float32")
+    values[rng.random(values.shape) < 0.1] = np.nan
+    ds = xr.Dataset(
+        {"q": (("time", "latitude", "longitude"), values)},
+        coords={
+            "time": pd.date_range("2000-01-01", periods=6, freq="1h"),
+            "latitude": np.linspace(60, 0, 12),
+            "longitude": np.linspace(0, 30, 16),
+        },
+    )
+    # Integers with a fill value only: xarray masks them to float32.
+    encoding = {"dtype": "int16", "_FillValue": np.int16(-32767), "chunks": (2, 5, 7)}
+    ds.to_zarr(tmp_path / "packed.zarr", zarr_format=3, encoding={"q": encoding})
+    ref = xr.open_zarr(tmp_path / "packed.zarr", chunks=None)
+    assert ref["q"].dtype == np.float32, "the float32 decode path is what this test is for"
+    window = {"time": 2, "latitude": 4, "longitude": 5}
+    loader = WindowLoader(
+        [Source("p", tmp_path / "packed.zarr", ["q"], window)],
+        ["time", "latitude", "longitude"],
+        16,
+    )
+    batch = loader.batch(0, 0)
+    assert batch.data["p"]["q"].dtype == np.float32
+    for k in range(batch.ids.shape[0]):
+        labels = {d: batch.anchors[d][k] for d in window}
+        want = reference(ref, "q", labels, window, {})
+        np.testing.assert_array_equal(batch.data["p"]["q"][k], want)
+    assert any(np.isnan(loader.batch(0, s).data["p"]["q"]).any() for s in range(len(loader)))

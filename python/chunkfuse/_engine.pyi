@@ -133,3 +133,13 @@ def io_mode() -> str: ...
 def set_io_timeouts(
     connect: float | None = ..., request: float | None = ..., retry: float | None = ...
 ) -> float: ...
+def decode_cf(
+    raw: Any,
+    stored: str,
+    out: Any,
+    decoded: str,
+    scale: float | None = ...,
+    offset: float | None = ...,
+    fill: float | None = ...,
+    threads: int = ...,
+) -> None: ...

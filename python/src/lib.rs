@@ -186,6 +186,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add_class::<reading::ArrayReader>()?;
     m.add_class::<reading::ChunkCache>()?;
+    m.add_function(wrap_pyfunction!(reading::decode_cf, m)?)?;
     m.add_class::<job::PyJob>()?;
     m.add_function(wrap_pyfunction!(set_io, m)?)?;
     m.add_function(wrap_pyfunction!(io_mode, m)?)?;

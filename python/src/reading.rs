@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use chunkfuse_engine::array::DType;
 use chunkfuse_engine::read;
 use chunkfuse_engine::zarr::ZarrArray;
 use chunkfuse_engine::Error;
@@ -202,4 +203,51 @@ impl ChunkCache {
             s.misses
         )
     }
+}
+
+/// Decodes packed values as xarray does: `raw` (values of numpy dtype `stored`) into `out`
+/// (as many values of `decoded`, float32 or float64; a writable C-contiguous buffer), each
+/// converted, times `scale`, plus `offset`, NaN where it equals `fill`; with the GIL
+/// released, on `threads` threads (0: one per core).
+#[pyfunction]
+#[pyo3(signature = (raw, stored, out, decoded, scale=None, offset=None, fill=None, threads=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn decode_cf(
+    py: Python<'_>,
+    raw: &Bound<'_, PyAny>,
+    stored: &str,
+    out: &Bound<'_, PyAny>,
+    decoded: &str,
+    scale: Option<f64>,
+    offset: Option<f64>,
+    fill: Option<f64>,
+    threads: usize,
+) -> PyResult<()> {
+    let stored = DType::parse(stored).map_err(to_py)?;
+    let decoded = DType::parse(decoded).map_err(to_py)?;
+    let src = PyBuffer::<u8>::get(raw)?;
+    let dst = PyBuffer::<u8>::get(out)?;
+    if !src.is_c_contiguous() || dst.readonly() || !dst.is_c_contiguous() {
+        return Err(to_py(Error::plan(
+            "CF decoding",
+            "needs C-contiguous buffers, the output writable",
+        )));
+    }
+    let (sp, sl) = (src.buf_ptr() as usize, src.len_bytes());
+    let (dp, dl) = (dst.buf_ptr() as usize, dst.len_bytes());
+    let cf = read::CfDecoding {
+        scale,
+        offset,
+        fill,
+    };
+    crate::gate::call(py, move || {
+        // SAFETY: both buffers stay alive and in place while `src` and `dst` are held (until
+        // this function returns, after the gate); `out` is writable and no Python code
+        // touches either meanwhile. If they overlap the values are garbage, not unsafe.
+        let raw = unsafe { std::slice::from_raw_parts(sp as *const u8, sl) };
+        let out = unsafe { std::slice::from_raw_parts_mut(dp as *mut u8, dl) };
+        read::decode_cf(raw, stored, out, decoded, cf, threads)
+    })?;
+    drop((src, dst));
+    Ok(())
 }

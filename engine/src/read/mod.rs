@@ -9,6 +9,7 @@
 //! later reads that share them do not decode them again.
 
 mod cache;
+mod cf;
 mod decode;
 mod destination;
 mod missing;
@@ -20,6 +21,7 @@ use crate::store::open_store;
 use crate::zarr::ZarrArray;
 
 pub use cache::{CacheStats, ChunkCache};
+pub use cf::{decode_cf, CfDecoding};
 pub(crate) use destination::Destination;
 pub use missing::missing_counts;
 pub use windows::{read_region, read_windows, read_windows_cached};

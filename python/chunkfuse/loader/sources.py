@@ -1,7 +1,8 @@
 """A source of training windows: variables of a Zarr group, in named dimensions, with the
 coordinates xarray decodes (CF times, packed values) and a window per dimension around each
 anchor. Values are read by the engine (`ArrayReader.read_into`, GIL released), then decoded as
-xarray would (`scale_factor`, `add_offset`, `_FillValue` to NaN)."""
+xarray would (`scale_factor`, `add_offset`, `_FillValue` to NaN), also by the engine
+(`decode_cf`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import chunkfuse._engine as _engine
 from chunkfuse.reading import ArrayReader, ChunkCache
 
 #: How a source's coordinate is matched to an anchor's label: `exact`, `nearest` (within half
@@ -136,6 +138,12 @@ class Source:
             self.windows[d].length if d in self.windows else self.sizes[d] for d in dims
         )
         self._decode = {v: _Decoding.of(ds[v]) for v in variables}
+        for v, decoding in self._decode.items():
+            if not decoding.identity and np.dtype(ds[v].dtype).name not in ("float32", "float64"):
+                raise SourceError(
+                    f"source {name!r}, variable {v!r}: xarray decodes it to {ds[v].dtype}; "
+                    "the loader decodes packed values to float32 or float64 only"
+                )
         self.dtypes = {v: self._decode[v].dtype(ds[v]) for v in variables}
         self._readers = {v: ArrayReader(f"{self.url.rstrip('/')}/{v}") for v in variables}
 
@@ -196,7 +204,7 @@ class Source:
                 corners, list(self.shape), raw.reshape(-1).view(np.uint8), threads, cache
             )
             if not decoding.identity:
-                decoding.apply(raw, out[v])
+                decoding.apply(raw, out[v], threads)
 
 
 def _opened_store(name: str, opened: Any, variables: Sequence[str] | None) -> tuple[str, list[str]]:
@@ -255,12 +263,18 @@ class _Decoding:
     def dtype(self, var: Any) -> np.dtype[Any]:
         return np.dtype(var.dtype)
 
-    def apply(self, raw: npt.NDArray[Any], out: npt.NDArray[Any]) -> None:
-        np.multiply(raw, self.scale if self.scale is not None else 1, out=out, casting="unsafe")
-        if self.offset is not None:
-            out += self.offset
-        if self.fill is not None:
-            out[raw == self.fill] = np.nan
+    def apply(self, raw: npt.NDArray[Any], out: npt.NDArray[Any], threads: int) -> None:
+        """Decodes `raw` into `out` in the engine (the GIL released)."""
+        _engine.decode_cf(
+            raw.reshape(-1).view(np.uint8),
+            raw.dtype.name,
+            out.reshape(-1).view(np.uint8),
+            out.dtype.name,
+            None if self.scale is None else float(self.scale),
+            None if self.offset is None else float(self.offset),
+            None if self.fill is None else float(self.fill),
+            threads,
+        )
 
 
 def _match(coord: npt.NDArray[Any], labels: npt.NDArray[Any], method: str) -> npt.NDArray[np.int64]:
