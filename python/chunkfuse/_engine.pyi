@@ -14,6 +14,8 @@ __all__ = [
     "array_info",
     "run_chunk_function",
     "ArrayReader",
+    "ChunkCache",
+    "decode_cf",
     "Job",
     "set_io",
     "io_mode",
