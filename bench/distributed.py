@@ -47,7 +47,6 @@ import resource
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -653,25 +652,6 @@ def plot(bench: Bench, sets: dict[str, Path], out: Path, name: str) -> str:
     return f"![distributed]({name})"
 
 
-def commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown commit"
-    return f"{head}{' with uncommitted changes' if dirty else ''}"
-
-
 def versions() -> str:
     names = ("chunkfuse", "dask", "distributed", "cubed", "zarr", "numpy")
     out = []
@@ -708,7 +688,7 @@ def section(
         section_title(args.time),
         "",
         f"Command: `{shlex.join(['python', 'bench/distributed.py', *sys.argv[1:]])}` at "
-        f"{commit()}, {started.strftime('%Y-%m-%d %H:%M %Z')}  ",
+        f"{bench_run.commit()}, {started.strftime('%Y-%m-%d %H:%M %Z')}  ",
         f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']} RAM, {info['os']}, "
         f"Python {info['python']}  ",
         f"Versions: {versions()}",

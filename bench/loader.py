@@ -402,22 +402,6 @@ def plot(
     return f"![training loader]({name})"
 
 
-def _commit() -> str:
-    """The checkout's commit (with `+` when it has changes), or `unknown`."""
-    import subprocess
-
-    def git(*a: str) -> str:
-        done = subprocess.run(
-            ["git", *a], cwd=BENCH, capture_output=True, text=True, check=False, timeout=30
-        )
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    head = git("rev-parse", "--short", "HEAD")
-    if not head:
-        return "unknown"
-    return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def report(
     args: argparse.Namespace,
     setups: dict[str, Setup],
@@ -433,7 +417,7 @@ def report(
         SECTION,
         "",
         f"Command: `{shlex.join(['python', 'bench/loader.py', *sys.argv[1:]])}`, "
-        f"{started.strftime('%Y-%m-%d %H:%M %Z')}, commit {_commit()}  ",
+        f"{started.strftime('%Y-%m-%d %H:%M %Z')}, commit {bench_run.commit()}  ",
         f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']} RAM, {info['os']}  ",
         "",
         f"Windows of {t} x {y} x {x} float32, {any_setup.batch} per batch at the anchors of "

@@ -272,6 +272,26 @@ def replace_section(path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(body).rstrip("\n") + "\n")
 
 
+def commit() -> str:
+    """The checkout's commit, saying so when it has uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown commit"
+    return f"{head}{' with uncommitted changes' if dirty else ''}"
+
+
 def machine() -> dict[str, str]:
     cpu = platform.processor() or "unknown"
     try:
