@@ -141,6 +141,8 @@ def test_a_cache_counts_hits_and_pickles_empty(
     cache.clear()
     assert (cache.hits, cache.misses, cache.entries, cache.bytes) == (0, 0, 0, 0)
     assert "max_bytes=1048576" in repr(cache)
+    with pytest.raises(ValueError, match="ChunkCache: max_bytes must be a byte count .* got -1"):
+        chunkfuse.ChunkCache(-1)
 
 
 def test_zarr_v2_reads(tmp_path: Path) -> None:

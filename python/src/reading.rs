@@ -9,6 +9,7 @@ use chunkfuse_engine::read;
 use chunkfuse_engine::zarr::ZarrArray;
 use chunkfuse_engine::Error;
 use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::to_py;
@@ -144,12 +145,18 @@ pub struct ChunkCache {
 
 #[pymethods]
 impl ChunkCache {
-    /// A cache of at most `max_bytes` bytes of decoded chunks.
+    /// A cache of at most `max_bytes` bytes of decoded chunks (0: caches nothing).
     #[new]
-    fn new(max_bytes: usize) -> Self {
-        ChunkCache {
-            cache: Arc::new(read::ChunkCache::new(max_bytes)),
-        }
+    fn new(max_bytes: i128) -> PyResult<Self> {
+        let budget = usize::try_from(max_bytes).map_err(|_| {
+            PyValueError::new_err(format!(
+                "ChunkCache: max_bytes must be a byte count from 0 to {}, got {max_bytes}",
+                usize::MAX
+            ))
+        })?;
+        Ok(ChunkCache {
+            cache: Arc::new(read::ChunkCache::new(budget)),
+        })
     }
 
     /// The byte budget.

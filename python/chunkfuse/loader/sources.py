@@ -1,13 +1,12 @@
 """A source of training windows: variables of a Zarr group, in named dimensions, with the
-coordinates xarray decodes (CF times, packed values) and a window per dimension around each
-anchor. Values are read by the engine (`ArrayReader.read_into`, GIL released), then decoded as
-xarray would (`scale_factor`, `add_offset`, `_FillValue` to NaN), also by the engine
-(`decode_cf`)."""
+coordinates xarray decodes (CF times, packed values), or a bare Zarr array, and a window per
+dimension around each anchor. Values are read by the engine (`ArrayReader.read_into`, GIL
+released), then decoded as xarray would (`scale_factor`, `add_offset`, `_FillValue` to NaN),
+also by the engine (`decode_cf`)."""
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,18 +14,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-import chunkfuse._engine as _engine
+from chunkfuse.loader.stores import SourceError, open_layout
 from chunkfuse.reading import ArrayReader, ChunkCache
+
+__all__ = ["METHODS", "Source", "SourceError", "Window"]
 
 #: How a source's coordinate is matched to an anchor's label: `exact`, `nearest` (within half
 #: the coordinate's step) or `pad` (the last label at or before the anchor's: the latest
 #: forecast issued by then).
 METHODS = ("exact", "nearest", "pad")
-
-
-class SourceError(ValueError):
-    """A source that cannot serve the windows asked of it: the message names the source and
-    the dimension."""
 
 
 @dataclass(frozen=True)
@@ -51,14 +47,18 @@ def _window(spec: int | tuple[int, int] | Window) -> Window:
 class Source:
     """Variables `variables` of the Zarr group at `url` (or of the Dataset xarray opened from
     it, `xr.open_zarr(url)`, which must be the whole store; or a DataArray whose encoding
-    names its store, `variables=None` reading it by its name), read as windows: `window`
-    maps each
-    dimension to a length (from the anchor's index on), an (offset, length) pair or a
-    `Window`; dimensions it omits are read whole. `align` maps a dimension to how its
-    coordinate is matched to anchor labels (see `METHODS`; default `exact`). With
-    `max_missing` (a fraction, 0 to 1), the loader drops the anchors where more than that
-    share of this source's window values (over its variables) are missing: NaN, or the
-    variable's `_FillValue`; the engine counts them in one pass before the first batch."""
+    names its store, `variables=None` reading it by its name), or the bare Zarr array at
+    `url` (`variables=None`: its dimensions named by its metadata, `dim_0`, ... without
+    names; its values as stored), read as windows.
+
+    `window` maps each dimension to a length (from the anchor's index on), an (offset, length)
+    pair or a `Window`; dimensions it omits are read whole. `align` maps a dimension to how
+    its coordinate is matched to anchor labels (see `METHODS`; default `exact`). A dimension
+    without a coordinate (every dimension of a bare array) is labelled by position, 0, 1, ...,
+    and aligns only with dimensions labelled the same way. With `max_missing` (a fraction, 0
+    to 1), the loader drops the anchors where more than that share of this source's window
+    values (over its variables) are missing: NaN, or the variable's `_FillValue`; the engine
+    counts them in one pass before the first batch."""
 
     def __init__(
         self,
@@ -77,43 +77,21 @@ class Source:
         if opened is not None:
             url, variables = _opened_store(name, opened, variables)
         self.url = os.fspath(url)
-        if not variables:
-            raise SourceError(f"source {name!r}: no variables given")
-        try:
-            with warnings.catch_warnings():
-                # A store without consolidated metadata is fine: xarray reads it unconsolidated.
-                warnings.filterwarnings("ignore", message=".*consolidated metadata.*")
-                ds = xr.open_zarr(self.url, chunks=None)
-        except Exception as e:
-            raise SourceError(
-                f"source {name!r}: cannot open {self.url} as a Zarr group: {e}"
-            ) from e
+        layout = open_layout(name, self.url, variables)
         if opened is not None:
-            _check_whole(name, opened, ds)
-        missing = [v for v in variables if v not in ds.data_vars]
-        if missing:
-            raise SourceError(
-                f"source {name!r}: {self.url} has no variable {missing[0]!r} "
-                f"(it has {sorted(str(v) for v in ds.data_vars)})"
-            )
-        dims = tuple(str(d) for d in ds[variables[0]].dims)
-        for v in variables[1:]:
-            if tuple(str(d) for d in ds[v].dims) != dims:
-                raise SourceError(
-                    f"source {name!r}: variables {variables[0]!r} and {v!r} have different "
-                    f"dimensions ({dims} and {ds[v].dims})"
-                )
-        self.variables = tuple(variables)
-        self.dims = dims
-        self.sizes = {d: int(ds.sizes[d]) for d in dims}
-        self.coords: dict[str, npt.NDArray[Any]] = {
-            d: np.asarray(ds[d].values) for d in dims if d in ds.coords
-        }
+            _check_whole(name, opened, layout.sizes)
+        self.variables = layout.variables
+        self.dims = layout.dims
+        self.sizes = layout.sizes
+        #: Each dimension's labels: its coordinate, or its positions (`positional`).
+        self.coords: dict[str, npt.NDArray[Any]] = layout.coords
+        #: The dimensions without a coordinate, labelled by position.
+        self.positional = layout.positional
         self.windows: dict[str, Window] = {}
         for dim, spec in window.items():
             if dim not in self.sizes:
                 raise SourceError(
-                    f"source {name!r} has no dimension {dim!r} (its variables have {dims})"
+                    f"source {name!r} has no dimension {dim!r} (its variables have {self.dims})"
                 )
             w = _window(spec)
             if w.length < 1 or w.length > self.sizes[dim]:
@@ -135,26 +113,15 @@ class Source:
                     f"{METHODS}"
                 )
         self.shape = tuple(
-            self.windows[d].length if d in self.windows else self.sizes[d] for d in dims
+            self.windows[d].length if d in self.windows else self.sizes[d] for d in self.dims
         )
-        self._decode = {v: _Decoding.of(ds[v]) for v in variables}
-        for v, decoding in self._decode.items():
-            if not decoding.identity and np.dtype(ds[v].dtype).name not in ("float32", "float64"):
-                raise SourceError(
-                    f"source {name!r}, variable {v!r}: xarray decodes it to {ds[v].dtype}; "
-                    "the loader decodes packed values to float32 or float64 only"
-                )
-        self.dtypes = {v: self._decode[v].dtype(ds[v]) for v in variables}
-        self._readers = {v: ArrayReader(f"{self.url.rstrip('/')}/{v}") for v in variables}
+        self._decode = layout.decodings
+        self.dtypes = layout.dtypes
+        self._readers = {v: ArrayReader(layout.urls[v]) for v in self.variables}
 
     def indices(self, dim: str, labels: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """The index along `dim` of each anchor label (-1 where none matches)."""
-        coord = self.coords.get(dim)
-        if coord is None:
-            raise SourceError(
-                f"source {self.name!r}, dimension {dim!r}: no coordinate to align anchors by"
-            )
-        return _match(coord, labels, self.align.get(dim, "exact"))
+        return _match(self.coords[dim], labels, self.align.get(dim, "exact"))
 
     def starts(self, dim: str, index: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The first index of the window along `dim` for anchors at `index`."""
@@ -227,54 +194,16 @@ def _opened_store(name: str, opened: Any, variables: Sequence[str] | None) -> tu
     return str(source), list(variables or [])
 
 
-def _check_whole(name: str, opened: Any, stored: Any) -> None:
-    """Refuses a Dataset or DataArray that is a selection of its store: the loader reads the
-    store, so a subset would be silently ignored."""
+def _check_whole(name: str, opened: Any, stored: Mapping[str, int]) -> None:
+    """Refuses a Dataset or DataArray that is a selection of its store along a dimension the
+    source reads: the loader reads the store, so a subset would be silently ignored."""
     for dim, size in opened.sizes.items():
-        if stored.sizes.get(dim) != size:
+        if dim in stored and stored[dim] != size:
             raise SourceError(
                 f"source {name!r}, dimension {dim!r}: the {type(opened).__name__} holds "
-                f"{size} of the store's {stored.sizes.get(dim)} labels; the loader reads "
+                f"{size} of the store's {stored[dim]} labels; the loader reads "
                 "the whole store: restrict anchors with where= or keep= instead"
             )
-
-
-@dataclass(frozen=True)
-class _Decoding:
-    """What xarray's CF decoding does to a variable's stored values."""
-
-    scale: float | None
-    offset: float | None
-    fill: Any
-
-    @property
-    def identity(self) -> bool:
-        return self.scale is None and self.offset is None and self.fill is None
-
-    @staticmethod
-    def of(var: Any) -> _Decoding:
-        enc = var.encoding
-        fill = enc.get("_FillValue")
-        stored = np.dtype(enc.get("dtype", var.dtype))
-        if fill is not None and stored.kind == "f" and np.isnan(fill):
-            fill = None  # a NaN fill value reads as NaN already
-        return _Decoding(enc.get("scale_factor"), enc.get("add_offset"), fill)
-
-    def dtype(self, var: Any) -> np.dtype[Any]:
-        return np.dtype(var.dtype)
-
-    def apply(self, raw: npt.NDArray[Any], out: npt.NDArray[Any], threads: int) -> None:
-        """Decodes `raw` into `out` in the engine (the GIL released)."""
-        _engine.decode_cf(
-            raw.reshape(-1).view(np.uint8),
-            raw.dtype.name,
-            out.reshape(-1).view(np.uint8),
-            out.dtype.name,
-            None if self.scale is None else float(self.scale),
-            None if self.offset is None else float(self.offset),
-            None if self.fill is None else float(self.fill),
-            threads,
-        )
 
 
 def _match(coord: npt.NDArray[Any], labels: npt.NDArray[Any], method: str) -> npt.NDArray[np.int64]:

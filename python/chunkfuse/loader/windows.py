@@ -187,11 +187,14 @@ class Anchors:
             step = int(stride.get(d, 1))
             if step < 1:
                 raise SourceError(f"anchor dimension {d!r}: stride must be at least 1, got {step}")
-            if d not in first.coords:
-                raise SourceError(
-                    f"source {first.name!r}, dimension {d!r}: no coordinate to take anchor "
-                    "labels from"
-                )
+            for s in having[1:]:
+                if (d in s.positional) != (d in first.positional):
+                    labelled, bare = (s, first) if d in first.positional else (first, s)
+                    raise SourceError(
+                        f"anchor dimension {d!r}: source {labelled.name!r} labels it by its "
+                        f"coordinate, source {bare.name!r} has no coordinate for it (its "
+                        "positions): the two cannot be aligned"
+                    )
             full = first.coords[d]
             ok, found = _valid_labels(sources, d, full)
             if d in where:
