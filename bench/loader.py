@@ -13,10 +13,12 @@ the same through PyTorch's `DataLoader` with 2 persistent worker processes, xbat
 `DataLoader` as Earthmover's cloud-native-dataloader post sets it up (xbatcher's tiles of the
 window's size in a shuffled order, since it has no random anchors; Dask's synchronous
 scheduler in each of 2 forkserver workers), a zarr-python loop (one slice per window) and
-tensorstore (every window of a batch read concurrently). The decode floor: the least each
-batch must decode, each chunk it touches once through the last element a window needs (for
-a sharded array, each touched inner chunk once, whole), decoded by the engine on all cores
-with nothing copied out (a one-element read at each such last element).
+tensorstore (every window of a batch read concurrently); and chunkfuse and tensorstore in the
+chunk-aware order (blocks of 4 time steps' anchors, 2 blocks shuffled together) with the
+same 96 MiB decoded-chunk budget (`cache_bytes`, tensorstore's cache pool). The decode
+floor: the least each batch must decode, each chunk it touches once through the last element
+a window needs (for a sharded array, each touched inner chunk once, whole), decoded by the
+engine on all cores with nothing copied out (a one-element read at each such last element).
 Reported: samples/s, GB/s of window values, each tool's time against chunkfuse's, and
 chunkfuse's against the floor. Appends (or replaces) "## Training loader" in --out/RESULTS.md.
 --quick: tiny arrays (8 x 73 x 144, windows 4 x 32 x 32, 8 per batch, 3 batches, one round),
@@ -51,13 +53,31 @@ import run as bench_run  # noqa: E402
 SECTION = "## Training loader"
 OURS = "chunkfuse WindowLoader"
 XBATCHER = "xbatcher + Dask + DataLoader, 2 workers"
+#: The chunk-aware pair: the same order (blocks of `AWARE_STEPS` consecutive time steps'
+#: anchors, `AWARE_BUFFER` blocks shuffled together) and the same decoded-chunk budget.
+OURS_AWARE = "chunkfuse WindowLoader, chunk-aware + cache"
+TENSORSTORE_AWARE = "tensorstore, chunk-aware + cache"
 TOOLS = (
     OURS,
     "chunkfuse in DataLoader, 2 workers",
     XBATCHER,
     "zarr-python loop",
     "tensorstore",
+    OURS_AWARE,
+    TENSORSTORE_AWARE,
 )
+#: Consecutive anchor time steps per block of the chunk-aware order (with 4-step windows, a
+#: block touches 7 chunks of a (1, 721, 1440)-chunked array).
+AWARE_STEPS = 4
+#: Blocks one buffer of the chunk-aware order mixes.
+AWARE_BUFFER = 2
+#: The decoded-chunk budget of the chunk-aware rows: about a third of the full-size arrays,
+#: the chunks of a buffer's blocks and some to spare.
+AWARE_CACHE = 96 << 20
+#: Batches the chunk-aware rows read before timing: the first batches of a buffer decode its
+#: chunks (prefixes first, then whole on their next touch), which an epoch's run of some
+#: 10^5 batches per buffer amortizes; timed after them, the rows give that steady state.
+AWARE_WARMUP = 8
 FLOOR = "decode floor (touched chunks)"
 #: Inner chunks of the sharded copies: this many per shard along each window axis.
 INNER_PER_SHARD = 8
@@ -108,7 +128,7 @@ class Setup:
     """One data set: its group, the loader, and the window corners of each batch."""
 
     def __init__(self, group: Path, window: tuple[int, int, int], batch: int) -> None:
-        from chunkfuse.loader import Source, WindowLoader
+        from chunkfuse.loader import Shuffle, Source, WindowLoader
 
         self.group, self.window, self.batch = group, window, batch
         t, y, x = window
@@ -122,14 +142,28 @@ class Setup:
             **({"split": split} if split is not None else {}),
         )
         self.loader = self.build()
+        per_step = int(np.prod(self.loader.anchors.shape[1:]))
+        #: The chunk-aware order: blocks of `AWARE_STEPS` time steps' anchors (which share
+        #: their chunks), `AWARE_BUFFER` of them shuffled together.
+        self.aware = WindowLoader(
+            [Source("era5", group, ["t2m"], {"time": t, "latitude": y, "longitude": x})],
+            ["time", "latitude", "longitude"],
+            batch,
+            seed=0,
+            prefetch=2,
+            shuffle=Shuffle(block=AWARE_STEPS * per_step, buffer=AWARE_BUFFER),
+            cache_bytes=AWARE_CACHE,
+        )
 
-    def corners(self, steps: range) -> list[np.ndarray]:
+    def corners(self, steps: range, loader: Any = None) -> list[np.ndarray]:
+        """Each batch's window corners in `loader`'s order (default: the uniform one)."""
+        loader = loader or self.loader
         out = []
         for s in steps:
-            ids = self.loader.batches.anchors(0, s)
-            where = self.loader.anchors.at(ids)
-            index = self.loader.anchors.index[0]
-            dims = self.loader.anchors.dims
+            ids = loader.batches.anchors(0, s)
+            where = loader.anchors.at(ids)
+            index = loader.anchors.index[0]
+            dims = loader.anchors.dims
             out.append(np.stack([index[d][where[k]] for k, d in enumerate(dims)], axis=1))
         return out
 
@@ -138,9 +172,10 @@ def build_split(group: str, window: tuple[int, int, int], batch: int, split: Any
     return Setup(Path(group), window, batch).build(split)
 
 
-def time_ours(setup: Setup, n: int) -> float:
-    it = iter(setup.loader)
-    next(it)
+def time_ours(setup: Setup, n: int, loader: Any = None, warmup: int = 1) -> float:
+    it = iter(loader or setup.loader)
+    for _ in range(warmup):
+        next(it)
     started = time.perf_counter()
     for _ in range(n):
         next(it)
@@ -182,22 +217,33 @@ def time_zarr(setup: Setup, n: int) -> float:
     return time.perf_counter() - started
 
 
-def time_tensorstore(setup: Setup, n: int) -> float:
+def time_aware(setup: Setup, n: int) -> float:
+    """chunkfuse in the chunk-aware order with its decoded-chunk cache."""
+    return time_ours(setup, n, setup.aware, AWARE_WARMUP)
+
+
+def time_tensorstore(setup: Setup, n: int, aware: bool = False) -> float:
+    """tensorstore reading each batch's windows concurrently: in the uniform order without a
+    cache, or (`aware`) in the chunk-aware order with a cache pool of the same budget."""
     import tensorstore as ts
 
-    arr = ts.open(
-        {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(setup.group / "t2m")}}
-    ).result()
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(setup.group / "t2m")}}
+    if aware:
+        spec["context"] = {"cache_pool": {"total_bytes_limit": AWARE_CACHE}}
+        spec["recheck_cached_data"] = False
+    arr = ts.open(spec).result()
     t, y, x = setup.window
-    batches = setup.corners(range(n + 1))
+    warmup = AWARE_WARMUP if aware else 1
+    batches = setup.corners(range(n + warmup), setup.aware if aware else None)
 
     def one(c: np.ndarray) -> np.ndarray:
         reads = [arr[a : a + t, b : b + y, d : d + x].read() for a, b, d in c.tolist()]
         return np.stack([r.result() for r in reads])
 
-    one(batches[0])
+    for c in batches[:warmup]:
+        one(c)
     started = time.perf_counter()
-    for c in batches[1:]:
+    for c in batches[warmup:]:
         one(c)
     return time.perf_counter() - started
 
@@ -300,9 +346,16 @@ TIMERS: dict[str, Callable[[Setup, int], float]] = {
     XBATCHER: time_xbatcher,
     TOOLS[3]: time_zarr,
     TOOLS[4]: time_tensorstore,
+    OURS_AWARE: time_aware,
+    TENSORSTORE_AWARE: lambda setup, n: time_tensorstore(setup, n, aware=True),
     FLOOR: time_floor,
 }
-NEEDS = {TOOLS[1]: "torch", XBATCHER: "xbatcher", TOOLS[4]: "tensorstore"}
+NEEDS = {
+    TOOLS[1]: "torch",
+    XBATCHER: "xbatcher",
+    TOOLS[4]: "tensorstore",
+    TENSORSTORE_AWARE: "tensorstore",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,7 +482,15 @@ def report(
         "floor decodes the least each batch must: every chunk it touches once, through the "
         "last element a window needs (sharded: every touched inner chunk once, whole), on all "
         "cores, copying nothing out (a one-element read at each such element). "
-        "The sharded copies hold a shard per step in 8 x 8 inner chunks.",
+        "The sharded copies hold a shard per step in 8 x 8 inner chunks. "
+        "The chunk-aware rows visit the anchors in `Shuffle(block=the anchors of "
+        f"{AWARE_STEPS} time steps, buffer={AWARE_BUFFER})` order (each batch from "
+        f"{AWARE_BUFFER} runs of {AWARE_STEPS} consecutive time steps, picked at random, "
+        "whose windows share chunks) with a decoded-chunk budget of "
+        f"{AWARE_CACHE >> 20} MiB, chunkfuse's `cache_bytes` and tensorstore's cache pool alike "
+        "(the tensorstore chunk-aware row's time is against chunkfuse's chunk-aware row), "
+        f"timed after {AWARE_WARMUP} warm-up batches: a buffer's first batches decode its "
+        "chunks, which an epoch amortizes over some 10^5 batches per buffer.",
         "",
         "| data | tool | samples/s, median (range) | GB/s of windows | time vs chunkfuse | note |",
         "|---|---|---:|---:|---:|---|",
@@ -443,12 +504,39 @@ def report(
                 continue
             med = statistics.median(secs)
             rate = [args.batches * any_setup.batch / s for s in secs]
-            rel = f"{med / statistics.median(ours):.2f}" if ours else ""
+            base = runs.get((data, OURS_AWARE)) if tool == TENSORSTORE_AWARE else ours
+            rel = f"{med / statistics.median(base):.2f}" if base else ""
             lines.append(
                 f"| {data} | {tool} | {statistics.median(rate):.0f} ({min(rate):.0f}–"
                 f"{max(rate):.0f}) | {args.batches * window_bytes / med / 1e9:.2f} | {rel} | "
                 f"{notes.get((data, tool), '')} |"
             )
+    lines += ["", *ratios(setups, runs)]
+    return lines
+
+
+def ratios(setups: dict[str, Setup], runs: dict[tuple[str, str], list[float]]) -> list[str]:
+    """The ratios issue 37 asks for, per data set: peers' time over chunkfuse's (uniform and
+    chunk-aware orders) and chunkfuse's over the decode floor."""
+
+    def over(a: str, b: str, data: str) -> str:
+        x, y = runs.get((data, a)), runs.get((data, b))
+        return f"{statistics.median(x) / statistics.median(y):.2f}" if x and y else "n/a"
+
+    lines = [
+        "| data | xbatcher ÷ ours | xbatcher ÷ ours chunk-aware | tensorstore ÷ ours "
+        "| tensorstore ÷ ours, both chunk-aware | ours ÷ floor |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for data in setups:
+        cells = [
+            over(XBATCHER, OURS, data),
+            over(XBATCHER, OURS_AWARE, data),
+            over(TOOLS[4], OURS, data),
+            over(TENSORSTORE_AWARE, OURS_AWARE, data),
+            over(OURS, FLOOR, data),
+        ]
+        lines.append(f"| {data} | " + " | ".join(cells) + " |")
     return lines
 
 

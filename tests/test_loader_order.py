@@ -22,6 +22,53 @@ def test_a_permutation_is_a_bijection_with_an_inverse(size: int, seed: int) -> N
     assert np.array_equal(perm.inverse(got), np.arange(size))
 
 
+def _reference(size: int, key: int, position: int) -> int:
+    """The loader's permutation written out in Python integers, one position at a time: a
+    6-round balanced Feistel network over the smallest even bit count (at least 2) holding
+    `size - 1`, with SplitMix64's finaliser of (right half xor round key) as the round
+    function, the round keys chained from `key` as `_key` does, cycle-walked into range."""
+    m64 = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x ^= x >> 30
+        x = (x * 0xBF58476D1CE4E5B9) & m64
+        x ^= x >> 27
+        x = (x * 0x94D049BB133111EB) & m64
+        return x ^ (x >> 31)
+
+    keys = []
+    for r in range(6):
+        acc = 0
+        for w in (key, r):
+            acc = mix((acc + (w & m64) + 0x9E3779B97F4A7C15) & m64)
+        keys.append(acc)
+    if size == 1:
+        return 0
+    bits = max(2, (size - 1).bit_length())
+    half = (bits + bits % 2) // 2
+    low = (1 << half) - 1
+    x = position
+    while True:
+        left, right = x >> half, x & low
+        for k in keys:
+            left, right = right, left ^ (mix(right ^ k) & low)
+        x = (left << half) | right
+        if x < size:
+            return x
+
+
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(1, 2**50), seed=SEEDS, data=st.data())
+def test_the_permutation_is_the_documented_feistel_network(
+    size: int, seed: int, data: st.DataObject
+) -> None:
+    positions = data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=20))
+    got = Permutation(size, seed)(positions)
+    assert got.tolist() == [_reference(size, seed, p) for p in positions]
+    with pytest.raises(IndexError, match=f"range\\({size}\\)"):
+        Permutation(size, seed)([size])
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     count=st.integers(1, 3000),

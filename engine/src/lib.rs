@@ -15,6 +15,7 @@ pub mod exec;
 pub mod fork_safe;
 pub mod kernels;
 pub mod optimize;
+pub mod permute;
 pub mod physical;
 pub mod plan;
 pub mod read;

@@ -15,6 +15,8 @@ __all__ = [
     "run_chunk_function",
     "ArrayReader",
     "ChunkCache",
+    "PooledBuffer",
+    "feistel_permute",
     "decode_cf",
     "Job",
     "set_io",
@@ -84,6 +86,15 @@ class ArrayReader:
         missing: float | None = ...,
         threads: int = ...,
     ) -> None: ...
+
+def feistel_permute(
+    size: int, keys: list[int], positions: Any, out: Any, inverse: bool = ...
+) -> None: ...
+
+@final
+class PooledBuffer:
+    def __new__(cls, nbytes: int) -> PooledBuffer: ...
+    def __len__(self) -> int: ...
 
 @final
 class ChunkCache:

@@ -5,6 +5,8 @@ mod chunk_function;
 mod driver;
 mod gate;
 mod job;
+mod permute;
+mod pooled;
 mod reading;
 
 use std::collections::BTreeMap;
@@ -186,6 +188,8 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add_class::<reading::ArrayReader>()?;
     m.add_class::<reading::ChunkCache>()?;
+    m.add_class::<pooled::PooledBuffer>()?;
+    m.add_function(wrap_pyfunction!(permute::feistel_permute, m)?)?;
     m.add_function(wrap_pyfunction!(reading::decode_cf, m)?)?;
     m.add_class::<job::PyJob>()?;
     m.add_function(wrap_pyfunction!(set_io, m)?)?;

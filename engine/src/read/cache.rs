@@ -161,6 +161,11 @@ impl ChunkCache {
         .flatten()
     }
 
+    /// Whether some of the chunk at `key` is held (a prefix too short for a read counts).
+    pub(crate) fn holds(&self, key: &CacheKey) -> bool {
+        self.with(|lru| lru.held.contains_key(key)).unwrap_or(false)
+    }
+
     /// Keeps `data` (the decoded chunk at `key`, or a C-ordered prefix of it), dropping the
     /// least recently used chunks to stay within the budget. A chunk larger than the whole
     /// budget is not kept.

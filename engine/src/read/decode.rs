@@ -249,8 +249,16 @@ fn decode_one(
             }
         }
     }
-    // Windows that end early in the chunk (in C order) need only that much of it decoded.
-    let buf = array.decode_chunk_through(idx, value, prefix_bytes(&region, pieces, elem))?;
+    // Windows that end early in the chunk (in C order) need only that much of it decoded;
+    // but a chunk the cache holds too short a prefix of is being read again (a chunk-aware
+    // order): decode it whole, once, rather than a longer prefix each time.
+    let through = match keep {
+        Some((cache, url)) if cache.holds(&CacheKey::new(url, false, idx)) => {
+            region.len() as usize * elem
+        }
+        _ => prefix_bytes(&region, pieces, elem),
+    };
+    let buf = array.decode_chunk_through(idx, value, through)?;
     for (w, part) in pieces {
         dest.copy_from(*w, &region, part, &buf, elem);
     }

@@ -162,6 +162,19 @@ mod tests {
             bytemuck::cast_slice::<u8, f32>(&out),
             &expected(&values, &[1, 1, 1], &size)[..]
         );
+        // A chunk read again past the prefix the cache holds is decoded whole that time: a
+        // window reaching further still is then a hit.
+        let cache3 = ChunkCache::new(1 << 20);
+        for (start, hits) in [([0u64, 0, 0], 0), ([0, 1, 0], 0), ([1, 1, 1], 1)] {
+            let mut out = vec![0u8; 18 * 4];
+            read_windows_cached(&arr, &[start.to_vec()], &size, &mut out, 1, Some(&cache3))
+                .unwrap();
+            assert_eq!(cache3.stats().hits, hits);
+            assert_eq!(
+                bytemuck::cast_slice::<u8, f32>(&out),
+                &expected(&values, &start, &size)[..]
+            );
+        }
     }
 
     #[test]

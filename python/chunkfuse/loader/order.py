@@ -5,34 +5,24 @@ range, as grain's index shuffle does), optionally chunk-aware (blocks of anchors
 chunks stay together, shuffled among a bounded buffer of blocks), then split into batches
 across ranks and data-loader workers so that every anchor is visited exactly once per epoch.
 
-Everything here is index arithmetic on small numpy arrays (a batch's positions); the windows
-themselves are read by the engine."""
+Everything here is index arithmetic on small numpy arrays (a batch's positions); the Feistel
+network and the windows are run and read by the engine."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+import chunkfuse._engine as _engine
 
 #: Rounds of the Feistel network: 6 mixes well for domains up to 2^64 with the round
 #: function below (grain uses 4).
 ROUNDS = 6
 
-_U64 = np.uint64
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """SplitMix64's finaliser: a bijection of 64-bit words that spreads every input bit."""
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> _U64(30))
-        x = x * _U64(0xBF58476D1CE4E5B9)
-        x = x ^ (x >> _U64(27))
-        x = x * _U64(0x94D049BB133111EB)
-        return x ^ (x >> _U64(31))
 
 
 def _mix_int(x: int) -> int:
@@ -59,47 +49,22 @@ class Permutation:
         if size < 1:
             raise ValueError(f"a permutation needs at least one element, got size {size}")
         self.size = size
-        bits = max(2, (size - 1).bit_length())
-        bits += bits % 2
-        self._half = bits // 2
-        self._low = _U64((1 << self._half) - 1)
-        self._keys = [_U64(_key(key, r)) for r in range(ROUNDS)]
+        #: The round keys; the engine runs the network (`chunkfuse_engine::permute`).
+        self._keys = [_key(key, r) for r in range(ROUNDS)]
 
-    def _encrypt(self, x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-        half = _U64(self._half)
-        left, right = x >> half, x & self._low
-        for k in self._keys:
-            left, right = right, left ^ (_mix(right ^ k) & self._low)
-        return (left << half) | right
-
-    def _decrypt(self, x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-        half = _U64(self._half)
-        left, right = x >> half, x & self._low
-        for k in reversed(self._keys):
-            left, right = right ^ (_mix(left ^ k) & self._low), left
-        return (left << half) | right
-
-    def _walk(self, values: npt.ArrayLike, step: Any) -> npt.NDArray[np.int64]:
-        p = np.asarray(values, dtype=np.int64)
-        if p.size and (p.min() < 0 or p.max() >= self.size):
-            raise IndexError(f"values must lie in range({self.size})")
-        if self.size == 1:
-            return np.zeros_like(p)
-        x = step(p.astype(_U64))
-        # Cycle walking: the domain is under 4 × size, so a few steps on average.
-        out = x >= _U64(self.size)
-        while out.any():
-            x[out] = step(x[out])
-            out = x >= _U64(self.size)
-        return x.astype(np.int64)
+    def _walk(self, values: npt.ArrayLike, inverse: bool) -> npt.NDArray[np.int64]:
+        p = np.ascontiguousarray(values, dtype=np.int64)
+        out = np.empty_like(p)
+        _engine.feistel_permute(self.size, self._keys, p.reshape(-1), out.reshape(-1), inverse)
+        return out
 
     def __call__(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The element at each of `positions` (ints in `range(size)`)."""
-        return self._walk(positions, self._encrypt)
+        return self._walk(positions, False)
 
     def inverse(self, elements: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The position of each of `elements`: `perm.inverse(perm(p)) == p`."""
-        return self._walk(elements, self._decrypt)
+        return self._walk(elements, True)
 
 
 @dataclass(frozen=True)

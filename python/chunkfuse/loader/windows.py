@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import chunkfuse._engine as _engine
 from chunkfuse.loader.order import ONE_PROCESS, UNIFORM, Batches, EpochOrder, Shuffle, Split
 from chunkfuse.loader.sources import Source, SourceError
 from chunkfuse.reading import ChunkCache
@@ -32,8 +33,14 @@ KEEP_SLICE = 1 << 20
 DEFAULT_CACHE_BYTES = 256 << 20
 
 
-def _numpy_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    return np.empty(shape, dtype=dtype)
+def _pooled_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """An array over memory from the engine's buffer pool, handed back to the pool when the
+    last array over it is gone: the next batch is read into memory already mapped, rather
+    than fresh pages the engine's copying threads would fault in one by one."""
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    # The stub cannot say PooledBuffer exports the buffer protocol before Python 3.12.
+    buffer: Any = _engine.PooledBuffer(nbytes)
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 
 def _pinned() -> Allocate:
@@ -355,7 +362,8 @@ class WindowLoader:
     kept across batches in a cache of `cache_bytes` (0:
     none), shared by every source, so batches whose windows share chunks (a chunk-aware
     `shuffle`) decode each once while it stays there. Each variable's windows of a batch are
-    read straight into one array that `allocate` makes (default `numpy.empty`);
+    read straight into one array that `allocate` makes (default: memory from the engine's
+    buffer pool, handed back when the batch is dropped);
     `pin_memory=True` makes them in page-locked memory through PyTorch, for fast copies to
     a GPU (it needs CUDA).
     """
@@ -397,7 +405,7 @@ class WindowLoader:
         self.threads = threads
         if pin_memory and allocate is not None:
             raise ValueError("give allocate= or pin_memory=True, not both")
-        self.allocate: Allocate = _pinned() if pin_memory else (allocate or _numpy_empty)
+        self.allocate: Allocate = _pinned() if pin_memory else (allocate or _pooled_empty)
         #: Decoded chunks kept across batches (None: no cache).
         self.cache = ChunkCache(cache_bytes) if cache_bytes else None
         self.epoch = 0
