@@ -13,7 +13,7 @@ BIN := target/release/chunkfuse
 export CHUNKFUSE_BIN := $(CURDIR)/$(BIN)
 export CHUNKFUSE_ZARR2_PYTHON := $(CURDIR)/$(ZARR2_VENV)/bin/python
 
-.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean wheel wheel-smoke
+.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean wheel wheel-smoke fuzz
 
 all: develop
 
@@ -41,6 +41,13 @@ develop: venv build
 
 test-rust: build
 	$(CARGO) test --release -p chunkfuse-engine
+
+# The fuzz harness (engine/tests/fuzz.rs) for 10 minutes per target, each target's runs,
+# corpus size and failures appended to bench/fuzz.jsonl (`make test` runs it 10 s per target).
+FUZZ_SECONDS ?= 600
+fuzz: build
+	CHUNKFUSE_FUZZ_SECONDS=$(FUZZ_SECONDS) CHUNKFUSE_FUZZ_REPORT=$(CURDIR)/bench/fuzz.jsonl \
+		$(CARGO) test --release -p chunkfuse-engine --test fuzz -- --nocapture
 
 test-python: develop
 	$(PY) -m pytest -q

@@ -13,6 +13,7 @@ pub mod chunk_job;
 pub mod error;
 pub mod exec;
 pub mod fork_safe;
+pub mod fuzz;
 pub mod kernels;
 pub mod optimize;
 pub mod permute;

@@ -96,11 +96,22 @@ pub fn c_strides(shape: &[u64]) -> Vec<u64> {
 /// The chunk boundaries of one axis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AxisChunks {
+    split: Split,
+}
+
+/// How an axis is split: arithmetic for a regular split (whatever its chunk count: a sparse
+/// array may declare billions of chunks), listed boundaries otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Split {
+    /// Chunks of `size` over `len` elements (the last may be shorter; `len` may be 0).
+    Regular { len: u64, size: u64 },
     /// Offsets of chunk starts followed by the axis length: chunk `i` covers
-    /// `bounds[i] .. bounds[i + 1]`. Zero-length axes have `bounds == [0]`.
-    bounds: Vec<u64>,
-    /// The nominal chunk size for regular grids (the last chunk may be shorter).
-    regular: Option<u64>,
+    /// `bounds[i] .. bounds[i + 1]`, with `regular` the nominal size when every chunk but the
+    /// last (at most as long) has one length.
+    Listed {
+        bounds: Vec<u64>,
+        regular: Option<u64>,
+    },
 }
 
 impl AxisChunks {
@@ -112,14 +123,8 @@ impl AxisChunks {
                 "chunk size must be positive, got 0",
             ));
         }
-        let n = len.div_ceil(size);
-        let bounds = (0..n)
-            .map(|i| i * size)
-            .chain(std::iter::once(len))
-            .collect();
         Ok(AxisChunks {
-            bounds,
-            regular: Some(size),
+            split: Split::Regular { len, size },
         })
     }
 
@@ -128,10 +133,13 @@ impl AxisChunks {
         if sizes.contains(&0) {
             return Err(Error::new(ErrorKind::Plan, "chunk sizes must be positive"));
         }
-        let mut bounds = vec![0];
+        let mut bounds = vec![0u64];
         for s in sizes {
             let last = *bounds.last().unwrap_or(&0);
-            bounds.push(last + s);
+            let next = last.checked_add(*s).ok_or_else(|| {
+                Error::new(ErrorKind::Plan, "chunk sizes add up past 2^64 elements")
+            })?;
+            bounds.push(next);
         }
         let regular = match sizes {
             [] => None,
@@ -141,12 +149,17 @@ impl AxisChunks {
                 (all_but_last.iter().all(|s| s == first) && last_ok).then_some(*first)
             }
         };
-        Ok(AxisChunks { bounds, regular })
+        Ok(AxisChunks {
+            split: Split::Listed { bounds, regular },
+        })
     }
 
     /// Axis length.
     pub fn len(&self) -> u64 {
-        *self.bounds.last().unwrap_or(&0)
+        match &self.split {
+            Split::Regular { len, .. } => *len,
+            Split::Listed { bounds, .. } => *bounds.last().unwrap_or(&0),
+        }
     }
 
     /// True when the axis has no elements.
@@ -156,25 +169,43 @@ impl AxisChunks {
 
     /// Number of chunks.
     pub fn count(&self) -> usize {
-        self.bounds.len() - 1
+        match &self.split {
+            Split::Regular { len, size } => len.div_ceil(*size) as usize,
+            Split::Listed { bounds, .. } => bounds.len() - 1,
+        }
+    }
+
+    /// Where chunk `i` starts (`i == count()`: the axis length).
+    fn bound(&self, i: usize) -> u64 {
+        match &self.split {
+            Split::Regular { len, size } => (i as u64).saturating_mul(*size).min(*len),
+            Split::Listed { bounds, .. } => bounds[i],
+        }
     }
 
     /// Start and length of chunk `i`.
     pub fn chunk(&self, i: usize) -> (u64, u64) {
-        (self.bounds[i], self.bounds[i + 1] - self.bounds[i])
+        let start = self.bound(i);
+        (start, self.bound(i + 1) - start)
     }
 
     /// The nominal chunk size of a regular axis.
     pub fn regular_size(&self) -> Option<u64> {
-        self.regular
+        match &self.split {
+            Split::Regular { size, .. } => Some(*size),
+            Split::Listed { regular, .. } => *regular,
+        }
     }
 
     /// The largest chunk length.
     pub fn max_size(&self) -> u64 {
-        (0..self.count())
-            .map(|i| self.chunk(i).1)
-            .max()
-            .unwrap_or(0)
+        match &self.split {
+            Split::Regular { len, size } => (*size).min(*len),
+            Split::Listed { .. } => (0..self.count())
+                .map(|i| self.chunk(i).1)
+                .max()
+                .unwrap_or(0),
+        }
     }
 
     /// Chunk sizes, in order.
@@ -182,29 +213,46 @@ impl AxisChunks {
         (0..self.count()).map(|i| self.chunk(i).1).collect()
     }
 
+    /// The chunk holding element `at` (`count()` when `at` is the axis length or past it).
+    fn chunk_of(&self, at: u64) -> usize {
+        match &self.split {
+            Split::Regular { len, size } if at < *len => (at / size) as usize,
+            Split::Regular { .. } => self.count(),
+            Split::Listed { bounds, .. } => match bounds.binary_search(&at) {
+                Ok(i) => i,
+                Err(i) => i - 1,
+            },
+        }
+    }
+
     /// Indices of the chunks overlapping `start .. start + len`.
     pub fn overlapping(&self, start: u64, len: u64) -> std::ops::Range<usize> {
         if len == 0 || self.count() == 0 {
             return 0..0;
         }
-        let end = start + len;
-        let first = match self.bounds.binary_search(&start) {
-            Ok(i) => i,
-            Err(i) => i - 1,
-        };
-        let last = match self.bounds.binary_search(&end) {
-            Ok(i) => i,
-            Err(i) => i,
-        };
+        let end = start.saturating_add(len);
+        let first = self.chunk_of(start);
+        // The chunk holding the last element, plus one.
+        let last = self.chunk_of(end - 1) + 1;
         first.min(self.count())..last.min(self.count())
     }
 
     /// True when every boundary of `self` is a boundary of `other` too (each chunk of
     /// `other` lies inside one chunk of `self`).
     pub fn is_coarsening_of(&self, other: &AxisChunks) -> bool {
-        self.bounds
-            .iter()
-            .all(|b| other.bounds.binary_search(b).is_ok())
+        if self.len() != other.len() {
+            return false;
+        }
+        match (&self.split, &other.split) {
+            (Split::Regular { size: a, .. }, Split::Regular { size: b, .. }) => {
+                self.count() <= 1 || a % b == 0
+            }
+            _ => (0..=self.count()).all(|i| {
+                let b = self.bound(i);
+                let j = other.chunk_of(b);
+                j >= other.count() || other.bound(j) == b
+            }),
+        }
     }
 }
 
@@ -427,6 +475,32 @@ mod props {
     }
 
     proptest! {
+        #[test]
+        fn a_regular_axis_computes_what_its_listed_bounds_give(
+            len in 1u64..200, size in 1u64..40, other in 1u64..40, start in 0u64..220,
+            n in 0u64..60,
+        ) {
+            let regular = AxisChunks::regular(len, size).unwrap();
+            let listed = AxisChunks::from_sizes(&regular.sizes()).unwrap();
+            prop_assert_eq!(regular.count(), len.div_ceil(size) as usize);
+            prop_assert_eq!(regular.len(), listed.len());
+            prop_assert_eq!(regular.max_size(), listed.max_size());
+            for i in 0..regular.count() {
+                prop_assert_eq!(regular.chunk(i), listed.chunk(i));
+            }
+            prop_assert_eq!(regular.overlapping(start, n), listed.overlapping(start, n));
+            let finer = AxisChunks::regular(len, other).unwrap();
+            let finer_listed = AxisChunks::from_sizes(&finer.sizes()).unwrap();
+            prop_assert_eq!(
+                regular.is_coarsening_of(&finer),
+                listed.is_coarsening_of(&finer_listed)
+            );
+            prop_assert_eq!(
+                regular.is_coarsening_of(&finer_listed),
+                listed.is_coarsening_of(&finer)
+            );
+        }
+
         #[test]
         fn overlapping_chunks_match_brute_force((shape, chunks, region) in grid_and_region()) {
             let g = ChunkGrid::regular(&shape, &chunks).unwrap();

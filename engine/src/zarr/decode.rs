@@ -59,6 +59,12 @@ impl ZarrArray {
             let full = Buffer::from_bytes(self.dtype, bytes.into_vec())?;
             return self.crop(full, region, encoded_shape);
         }
+        if self.blosc_outer {
+            if let Err(msg) = super::check_blosc_header(&bytes, len) {
+                bytes.recycle();
+                return Err(corrupt(msg));
+            }
+        }
         let decoded = self
             .meta
             .codecs()

@@ -210,3 +210,37 @@ fn with_zstd_decompressor(
         }
     })
 }
+
+/// Whether a chunk's outermost codec (the first decoded) is blosc: v2's `compressor`, or the
+/// last of a v3 codec list `codecs`.
+pub(super) fn outer_blosc(raw: &serde_json::Value, codecs: Option<&serde_json::Value>) -> bool {
+    if let Some(list) = codecs.and_then(|c| c.as_array()) {
+        return list
+            .last()
+            .and_then(|c| c.get("name"))
+            .and_then(|n| n.as_str())
+            == Some("blosc");
+    }
+    raw.get("compressor")
+        .and_then(|c| c.get("id"))
+        .and_then(|n| n.as_str())
+        == Some("blosc")
+}
+
+/// Refuses blosc bytes whose header declares more decoded bytes than the chunk can hold
+/// (`len`, plus what inner codecs add): the decoder would allocate what the header says
+/// before finding the bytes corrupt.
+pub(super) fn check_blosc_header(bytes: &[u8], len: usize) -> Result<(), String> {
+    let Some(declared) = bytes.get(4..8) else {
+        return Err(format!("{} bytes hold no blosc header", bytes.len()));
+    };
+    let declared = u32::from_le_bytes([declared[0], declared[1], declared[2], declared[3]]);
+    // Inner codecs (a checksum) add a few bytes to what blosc compressed.
+    let most = len.saturating_add(1024);
+    if declared as usize > most {
+        return Err(format!(
+            "the blosc header declares {declared} decoded bytes, the chunk holds {len}"
+        ));
+    }
+    Ok(())
+}

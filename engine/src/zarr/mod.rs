@@ -34,7 +34,10 @@ use zarrs::storage::store::MemoryStore;
 use crate::array::{AxisChunks, ChunkGrid, DType};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::Store;
-use fast_codec::{detect_fast_codec, detect_fast_encode, zstd_decode, FastCodec, ZstdParams};
+use fast_codec::{
+    check_blosc_header, detect_fast_codec, detect_fast_encode, outer_blosc, zstd_decode, FastCodec,
+    ZstdParams,
+};
 
 /// An open Zarr array: its metadata, chunk grid and codecs, and the store holding its chunks.
 pub struct ZarrArray {
@@ -57,6 +60,8 @@ pub struct ZarrArray {
     options: CodecOptions,
     fast: Option<FastCodec>,
     fast_encode: Option<ZstdParams>,
+    /// The outermost codec is blosc: its header's decoded size is checked before decoding.
+    blosc_outer: bool,
     /// Where inner chunks lie in shards, for arrays whose inner chunks can be read alone,
     /// and the grid of those inner chunks.
     shard: Option<(Arc<shard::ShardLayout>, ChunkGrid)>,
@@ -119,6 +124,9 @@ fn nonzero_shape(shape: &[u64]) -> Result<Vec<NonZeroU64>> {
         .collect()
 }
 
+/// The most chunks an irregular axis may list (a regular axis has no limit).
+const MAX_LISTED_CHUNKS: u64 = 1 << 24;
+
 impl ZarrArray {
     /// Opens the array whose metadata (`zarr.json`, or `.zarray` + `.zattrs`) is at the root of
     /// `store`.
@@ -152,7 +160,28 @@ impl ZarrArray {
         let grid_shape = meta.chunk_grid_shape().to_vec();
         let rank = grid_shape.len();
         let mut axes = Vec::with_capacity(rank);
+        let zeros = vec![0u64; rank];
+        let nominal = meta
+            .chunk_shape(&zeros)
+            .map_err(|e| Error::new(ErrorKind::Corrupt, e.to_string()))?;
         for d in 0..rank {
+            let (len, size) = (meta.shape()[d], nominal[d].get());
+            if len > 0 && len.div_ceil(size) == grid_shape[d] {
+                // A regular axis: its chunks computed, never listed (a sparse array may
+                // declare more chunks than memory holds boundaries).
+                axes.push(AxisChunks::regular(len, size)?);
+                continue;
+            }
+            if grid_shape[d] > MAX_LISTED_CHUNKS {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "an irregular chunk grid of {} chunks along axis {d}: at most \
+                         {MAX_LISTED_CHUNKS} are supported",
+                        grid_shape[d]
+                    ),
+                ));
+            }
             let mut sizes = Vec::with_capacity(grid_shape[d] as usize);
             for i in 0..grid_shape[d] {
                 let mut idx = vec![0u64; rank];
@@ -205,6 +234,7 @@ impl ZarrArray {
             options: codec_options(),
             fast,
             fast_encode,
+            blosc_outer: outer_blosc(&raw, raw.get("codecs")),
             shard,
             inner_reads: false,
             shard_indexes: std::sync::Mutex::new(HashMap::new()),

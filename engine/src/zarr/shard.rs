@@ -28,6 +28,8 @@ pub struct ShardLayout {
     /// chunk is its values as they stand, the whole inner chunk shape, padded at the array's
     /// edge), or then `zstd`.
     fast: Option<super::FastCodec>,
+    /// The inner chunks' outermost codec is blosc (its header is checked before decoding).
+    blosc_outer: bool,
     codecs: Arc<CodecChain>,
 }
 
@@ -104,6 +106,7 @@ impl ShardLayout {
             index_at_end,
             checksum,
             fast,
+            blosc_outer: super::fast_codec::outer_blosc(raw, cfg.get("codecs")),
             codecs: Arc::new(codecs),
         })
     }
@@ -238,6 +241,9 @@ impl ShardLayout {
             let mut out = crate::array::pool::take(len);
             out.extend_from_slice(bytes);
             return Ok(out);
+        }
+        if self.blosc_outer {
+            super::check_blosc_header(bytes, len).map_err(corrupt)?;
         }
         let shape: Vec<NonZeroU64> = self
             .inner_chunk

@@ -92,6 +92,48 @@ fn corrupt_chunk_names_key_and_store() {
 }
 
 #[test]
+fn a_sparse_array_of_more_chunks_than_memory_holds_opens_and_reads() {
+    // 2^53 + 1 rows of one chunk each: listing their boundaries would take 72 PB.
+    let store = crate::store::memory::MemoryStore::named("sparse-huge");
+    let doc = br#"{"zarr_format":2,"shape":[9007199254740993,1000],"chunks":[1,1000],
+        "dtype":"<f4","compressor":null,"fill_value":"NaN","order":"C","filters":null}"#;
+    store.set(".zarray", doc.to_vec()).unwrap();
+    let arr = ZarrArray::open(store).unwrap();
+    assert_eq!(arr.grid().shape()[0], 9007199254740993);
+    let region = Region {
+        start: vec![9007199254740990, 10],
+        shape: vec![3, 4],
+    };
+    let mut out = vec![0u8; 12 * 4];
+    crate::read::read_region(&arr, &region, &mut out, 1).unwrap();
+    assert!(bytemuck::cast_slice::<u8, f32>(&out)
+        .iter()
+        .all(|v| v.is_nan()));
+}
+
+#[test]
+fn a_blosc_header_declaring_more_than_the_chunk_is_corrupt_not_allocated() {
+    let store = crate::store::memory::MemoryStore::named("blosc-header");
+    let mut s = spec(None, 3);
+    s.codec = Codec::Blosc {
+        cname: "lz4".into(),
+        clevel: 5,
+        shuffle: "shuffle".into(),
+    };
+    let arr = ZarrArray::create(store, &s).unwrap();
+    // A blosc header (version 2, flags, typesize 4) declaring 2 GB of decoded bytes.
+    let mut bytes = vec![2u8, 1, 1, 4];
+    bytes.extend_from_slice(&0x7A00_0000u32.to_le_bytes());
+    bytes.extend_from_slice(&[0x40, 0, 0, 0, 40, 0, 0, 0]);
+    bytes.extend_from_slice(&[0u8; 24]);
+    let e = arr
+        .decode_chunk(&[0, 1], Some(crate::store::Value::Owned(bytes)))
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt);
+    assert!(e.to_string().contains("blosc header declares"), "{e}");
+}
+
+#[test]
 fn existing_arrays_are_opened_with_their_own_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 2).unwrap());
