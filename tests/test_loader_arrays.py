@@ -63,7 +63,7 @@ def test_bare_arrays_and_positional_groups_give_numpy_windows_at_anchor_position
         Source("v2", str(arrays["v2"]), None, WINDOW),
         Source("group", arrays["group"], ["z"], WINDOW),
     ]
-    assert sources[0].variables == ("v3.zarr",)
+    assert sources[0].variables == ("v3",)
     assert sources[0].dims == sources[1].dims == ("time", "y", "x")
     loader = WindowLoader(sources, ["time", "y", "x"], 8, seed=3, shuffle=Shuffle(2, 3))
     # Every source's window fits: time from 2, y up to 16, x from 1 to 26.
@@ -96,7 +96,7 @@ def test_an_unnamed_array_has_dims_named_as_xarray_names_them(arrays: dict[str, 
     batch = loader.batch(0, 0)
     for i in range(4):
         t, x = int(batch.anchors["dim_0"][i]), int(batch.anchors["dim_2"][i])
-        got = batch.data["a"]["unnamed.zarr"][i]
+        got = batch.data["a"]["unnamed"][i]
         np.testing.assert_array_equal(got, ref[t : t + 2, :, x - 3 : x + 4])
 
 

@@ -81,8 +81,8 @@ class Layout:
 
 
 def open_layout(name: str, url: str, variables: Sequence[str] | None) -> Layout:
-    """The layout of the group or array at `url` (a group's `variables`; an array's own name
-    when `variables` is None)."""
+    """The layout of the group or array at `url` (a group's `variables`; an array's own name,
+    the last part of its URL without `.zarr`, when `variables` is None)."""
     node = _zarr_node(name, url)
     if node is not None:
         return _array_layout(name, url, node, variables)
@@ -105,7 +105,9 @@ def _zarr_node(name: str, url: str) -> Any | None:
 
 
 def _array_layout(name: str, url: str, array: Any, variables: Sequence[str] | None) -> Layout:
-    own = url.rstrip("/").rsplit("/", 1)[-1] or url
+    # Its name: the last part of its URL, without a `.zarr` suffix ("era5.zarr/t2m": "t2m",
+    # "sat.zarr": "sat").
+    own = url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") or url
     if variables is not None and list(variables) != [own]:
         raise SourceError(
             f"source {name!r}: {url} is a Zarr array, not a group; read it with "
