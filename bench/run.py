@@ -272,21 +272,18 @@ def replace_section(path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(body).rstrip("\n") + "\n")
 
 
+def _git(*args: str) -> str:
+    """The output of `git -C REPO ARGS`, stripped."""
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def commit() -> str:
     """The checkout's commit, saying so when it has uncommitted changes."""
     try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown commit"
     return f"{head}{' with uncommitted changes' if dirty else ''}"

@@ -31,22 +31,28 @@ struct Guarded;
 
 static OVERSIZED: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether a request of `size` bytes is over the limit (then recorded and reported).
+fn refused(size: usize) -> bool {
+    if size <= ALLOC_LIMIT {
+        return false;
+    }
+    OVERSIZED.store(size, Ordering::SeqCst);
+    report_current(b"allocation over the limit");
+    true
+}
+
 // SAFETY: forwards to the system allocator unchanged, except that it returns null (an
 // allocation failure, which Rust reports and aborts on) for requests over the limit.
 unsafe impl GlobalAlloc for Guarded {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOC_LIMIT {
-            OVERSIZED.store(layout.size(), Ordering::SeqCst);
-            report_current(b"allocation over the limit");
+        if refused(layout.size()) {
             return std::ptr::null_mut();
         }
         // SAFETY: the caller's layout, passed on.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOC_LIMIT {
-            OVERSIZED.store(layout.size(), Ordering::SeqCst);
-            report_current(b"allocation over the limit");
+        if refused(layout.size()) {
             return std::ptr::null_mut();
         }
         // SAFETY: the caller's layout, passed on.
@@ -57,9 +63,7 @@ unsafe impl GlobalAlloc for Guarded {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > ALLOC_LIMIT {
-            OVERSIZED.store(new_size, Ordering::SeqCst);
-            report_current(b"allocation over the limit");
+        if refused(new_size) {
             return std::ptr::null_mut();
         }
         // SAFETY: `ptr` came from this allocator with `layout`.
