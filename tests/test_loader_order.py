@@ -4,9 +4,21 @@ DataLoader workers covering every anchor exactly once, in the order one process 
 
 from __future__ import annotations
 
+import tracemalloc
+from pathlib import Path
+
 import numpy as np
 import pytest
-from chunkfuse.loader import Batches, EpochOrder, Permutation, Shuffle, Split
+import zarr
+from chunkfuse.loader import (
+    Batches,
+    EpochOrder,
+    Permutation,
+    Shuffle,
+    Source,
+    Split,
+    WindowLoader,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -155,3 +167,22 @@ def test_bad_arguments_are_refused_by_name() -> None:
         Batches(EpochOrder(3, 1), 2, Split(0, 4))
     with pytest.raises(IndexError, match="batch 3 of an epoch of 3"):
         Batches(EpochOrder(5, 1), 2).anchors(0, 3)
+
+
+def test_an_epoch_of_millions_of_batches_starts_without_listing_them(tmp_path: Path) -> None:
+    """A 4000 x 4000 array (nothing written) in windows of 4 x 4, two to a batch: eight
+    million batches an epoch. The first batch comes without memory for one entry per batch
+    (listing the batch numbers took about 290 MiB here, and grows with the epoch)."""
+    path = tmp_path / "big.zarr"
+    zarr.create_array(str(path), shape=(4000, 4000), chunks=(1000, 1000), dtype="f4")
+    window = {"dim_0": 4, "dim_1": 4}
+    loader = WindowLoader([Source("x", path, None, window)], list(window), batch_size=2)
+    assert len(loader) > 7 * 10**6
+    tracemalloc.start()
+    try:
+        batch = next(iter(loader))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert batch.data["x"]["big"].shape == (2, 4, 4)
+    assert peak < 16 * 2**20, peak

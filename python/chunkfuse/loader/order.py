@@ -206,10 +206,11 @@ class Batches:
         """Batches this rank has in an epoch."""
         return -(-(self.stop - self.first) // self.size)
 
-    def steps(self, start: int = 0) -> list[int]:
+    def steps(self, start: int = 0) -> range:
         """The rank's batch numbers from `start` on that this worker produces, in order:
-        workers take turns from `start` (a run resumed mid-epoch keeps DataLoader's order)."""
-        return list(range(start + self.split.worker, self.per_rank(), self.split.workers))
+        workers take turns from `start` (a run resumed mid-epoch keeps DataLoader's order).
+        A range, not a list: an epoch may have billions of batches."""
+        return range(start + self.split.worker, self.per_rank(), self.split.workers)
 
     def anchors(self, epoch: int, step: int) -> npt.NDArray[np.int64]:
         """The anchor indices of the rank's batch `step` of epoch `epoch`."""
