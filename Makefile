@@ -13,7 +13,7 @@ BIN := target/release/chunkfuse
 export CHUNKFUSE_BIN := $(CURDIR)/$(BIN)
 export CHUNKFUSE_ZARR2_PYTHON := $(CURDIR)/$(ZARR2_VENV)/bin/python
 
-.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean wheel wheel-smoke fuzz
+.PHONY: all build develop venv graphviz test test-rust test-python test-cubed test-dask lint fmt demo bench clean wheel wheel-smoke fuzz reliability
 
 all: develop
 
@@ -48,6 +48,19 @@ FUZZ_SECONDS ?= 600
 fuzz: build
 	CHUNKFUSE_FUZZ_SECONDS=$(FUZZ_SECONDS) CHUNKFUSE_FUZZ_REPORT=$(CURDIR)/bench/fuzz.jsonl \
 		$(CARGO) test --release -p chunkfuse-engine --test fuzz -- --nocapture
+
+# The reliability harnesses of docs/reliability.md, each appending its lines to bench/ and the
+# tables rendered into the page: SIGKILLs of every entry point that writes (20 seeds each),
+# peak RSS of every op kind at ten times the budget, and the storage faults matrix (`make test`
+# runs the faults and 2 kill seeds per entry point, without recording them).
+KILL_SEEDS ?= 20
+reliability: develop
+	$(PY) scripts/kill_harness.py --seeds $(KILL_SEEDS) --out bench/kill.jsonl
+	$(PY) scripts/memory_table.py --out bench/memory.jsonl
+	CHUNKFUSE_FAULTS_REPORT=$(CURDIR)/bench/faults.jsonl \
+		CHUNKFUSE_FAULTS_STAMP="$$($(PY) scripts/run_record.py)" \
+		$(PY) -m pytest -q -p no:logging tests/test_faults.py
+	$(PY) scripts/reliability_report.py
 
 test-python: develop
 	$(PY) -m pytest -q

@@ -30,17 +30,25 @@ import logging
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FAULT_KINDS", "S3Server"]
+__all__ = ["FAULT_KINDS", "MORE_FAULT_KINDS", "S3Server"]
 
 #: Fault kinds ``S3Server.set_faults`` knows: ``"500"`` answers ``500 InternalError`` with an
 #: S3-style XML body; ``"drop"`` reads the request and closes the connection without answering.
+#: The default set of ``set_faults``.
 FAULT_KINDS: tuple[str, ...] = ("500", "drop")
+#: Further kinds, asked for by name: ``"503"`` answers ``503 SlowDown``; ``"403"`` answers
+#: ``403 AccessDenied``; ``"slow"`` forwards the request after ``S3Server.slow_seconds``;
+#: ``"stall"`` holds the connection ``S3Server.stall_seconds`` without answering, then closes
+#: it; ``"truncate"`` forwards the request and answers a GET with the full ``Content-Length``
+#: but half the body, then closes the connection (other methods are forwarded unchanged).
+MORE_FAULT_KINDS: tuple[str, ...] = ("503", "403", "slow", "stall", "truncate")
 
 _HOST = "127.0.0.1"
 _ACCESS_KEY = "testing"
@@ -230,11 +238,23 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     500, "InternalError", "We encountered an internal error. Please try again."
                 )
                 return
-            self._forward(body, has_body)
+            if fault == "503":
+                self._send_error_xml(503, "SlowDown", "Please reduce your request rate.")
+                return
+            if fault == "403":
+                self._send_error_xml(403, "AccessDenied", "Access Denied")
+                return
+            if fault == "stall":
+                time.sleep(owner.stall_seconds)
+                self.close_connection = True
+                return
+            if fault == "slow":
+                time.sleep(owner.slow_seconds)
+            self._forward(body, has_body, truncate=fault == "truncate")
         except OSError:  # the client went away
             self.close_connection = True
 
-    def _forward(self, body: bytes, has_body: bool) -> None:
+    def _forward(self, body: bytes, has_body: bool, truncate: bool = False) -> None:
         owner = self.server.owner
         host, port = owner._backend_address
         conn = http.client.HTTPConnection(host, port, timeout=owner.backend_timeout)
@@ -270,6 +290,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", length)
             self.end_headers()
             return
+        if truncate and self.command == "GET" and status < 300 and len(payload) > 1:
+            # The whole length announced, half the body sent, the connection closed.
+            self.send_response_only(status)
+            for name, value in forwarded:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload[: len(payload) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
         self._send(status, forwarded, payload)
 
 
@@ -282,6 +313,10 @@ class S3Server:
 
     #: Seconds the proxy waits for moto before answering 502.
     backend_timeout: float = 60.0
+    #: Seconds a ``"slow"`` fault delays a request.
+    slow_seconds: float = 0.3
+    #: Seconds a ``"stall"`` fault holds a connection without answering.
+    stall_seconds: float = 5.0
 
     def __init__(self) -> None:
         """Start moto and the proxy (about half a second, most of it importing moto)."""
@@ -378,9 +413,10 @@ class S3Server:
         kinds = tuple(kinds)
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"fault rate must be within [0, 1], got {rate}")
-        unknown = set(kinds) - set(FAULT_KINDS)
+        known = FAULT_KINDS + MORE_FAULT_KINDS
+        unknown = set(kinds) - set(known)
         if unknown or (rate > 0 and not kinds):
-            raise ValueError(f"fault kinds must be a non-empty subset of {FAULT_KINDS}: {kinds}")
+            raise ValueError(f"fault kinds must be a non-empty subset of {known}: {kinds}")
         with self._lock:
             self._fault_rate = float(rate)
             self._fault_kinds = kinds

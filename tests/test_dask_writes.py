@@ -521,6 +521,36 @@ def test_an_engine_failure_raises_one_error_naming_the_run(era5: Path, tmp_path:
     assert len(notes) == 1 and "engine" in notes[0], notes
     for name in ("anomaly", "u2"):
         assert_no_partial_files(path / name)
+        # xarray made the arrays; the engine marked them unfinished while it wrote them.
+        marker = zarr.open_array(str(path / name), mode="r").attrs["chunkfuse"]
+        assert marker["incomplete"] is True, marker
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_store_into_an_array_marks_it_only_while_it_runs(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    """`da.store` into an array zarr-python made: its metadata is put back byte for byte once
+    the run ends, less a marker a killed run had left."""
+    path = tmp_path / "out.zarr"
+    z = zarr.create_array(
+        str(path), shape=(8, 6), chunks=(2, 3), dtype="f4", zarr_format=zarr_format
+    )
+    z.attrs["title"] = "kept"
+    key = path / ("zarr.json" if zarr_format == 3 else ".zattrs")
+    made = key.read_bytes()
+    x = da.arange(48, dtype="f4", chunks=(2, 3)).reshape(8, 6)
+    da.store(x + 1, z, scheduler=get)
+    assert key.read_bytes() == made
+    np.testing.assert_array_equal(
+        zarr.open_array(str(path), mode="r")[...], np.arange(48).reshape(8, 6) + 1
+    )
+
+    z.attrs["chunkfuse"] = {"incomplete": True, "job": "a killed run"}
+    da.store(x * 2, z, scheduler=get)
+    attrs = zarr.open_array(str(path), mode="r").attrs.asdict()
+    assert attrs == {"title": "kept"}, attrs
+    assert last_stats() is not None and last_stats().python_tasks == 0
 
 
 def _halve(block: np.ndarray) -> np.ndarray:

@@ -45,7 +45,9 @@ pub fn plan(data: &[u8]) {
 }
 
 /// Opens `data` as an array's `zarr.json` and as a v2 `.zarray` (in memory), and reads the
-/// first chunk of one that opens (its fill value, no chunk being stored).
+/// first chunk of one that opens (its fill value, no chunk being stored); then reads it as a
+/// group's metadata: `zarr.json`, v2 `.zgroup`, and a v2 group's `.zattrs` and consolidated
+/// `.zmetadata`, with the target-state check (the job marker) over each.
 pub fn metadata(data: &[u8]) {
     for (name, key) in [
         ("fuzz-metadata-v3", "zarr.json"),
@@ -58,6 +60,23 @@ pub fn metadata(data: &[u8]) {
         if let Ok(array) = ZarrArray::open(store) {
             read_first_chunk(&array);
         }
+    }
+    for (name, key) in [
+        ("fuzz-group-v3", "zarr.json"),
+        ("fuzz-group-v2", ".zgroup"),
+        ("fuzz-group-v2-attrs", ".zattrs"),
+        ("fuzz-group-v2-consolidated", ".zmetadata"),
+    ] {
+        let store = MemoryStore::named(name);
+        let zgroup = br#"{"zarr_format": 2}"#.to_vec();
+        if key != ".zgroup" && key != "zarr.json" && store.set(".zgroup", zgroup).is_err() {
+            continue;
+        }
+        if store.set(key, data.to_vec()).is_err() {
+            continue;
+        }
+        let _ = crate::zarr::group::read_group(store.as_ref());
+        let _ = crate::zarr::target::TargetState::of(store.as_ref());
     }
 }
 

@@ -364,10 +364,7 @@ fn a_batch_that_outlives_its_job_fails_and_changes_nothing() {
     let last = cuts.len() - 1;
     for b in &cuts[last].batches {
         let err = late.run_batch(last, b.clone()).unwrap_err().to_string();
-        assert!(
-            err.contains("was removed while this batch read it"),
-            "{err}"
-        );
+        assert!(err.contains("was removed while the job read it"), "{err}");
         assert!(err.contains("intermediate"), "{err}");
     }
     assert_eq!(chunks_of(&target), done, "a late batch changed the target");

@@ -48,6 +48,21 @@ impl Graph {
             builder.by_id.insert(op.id.clone(), builder.nodes.len());
             builder.nodes.push(node);
         }
+        // A group the plan writes is created over whatever is at its target: it must hold
+        // none of the sources (nor lie inside one).
+        for g in &plan.groups {
+            let url = stores::normalise_url(&g.target);
+            let sources = builder.source_urls.iter();
+            let from = g.metadata_from.as_deref().map(stores::normalise_url);
+            if let Some(source) = sources.chain(&from).find(|s| stores::overlap(s, &url)) {
+                plan_bail!(
+                    format!("{}.target", g.field),
+                    "the group \"{}\" and the input \"{source}\" hold one another: a plan \
+                     never writes into its sources' stores; write elsewhere",
+                    g.target
+                );
+            }
+        }
         let nodes = builder.nodes;
         plan_ensure!(
             nodes
@@ -211,6 +226,14 @@ impl Builder {
             "the target \"{}\" is also an input of this plan",
             spec.target
         );
+        if let Some(source) = self.source_urls.iter().find(|s| stores::overlap(s, &url)) {
+            plan_bail!(
+                format!("{}.target", op.field),
+                "the target \"{}\" and the input \"{source}\" hold one another: a plan never \
+                 writes into its sources' stores; write elsewhere",
+                spec.target
+            );
+        }
         let like = match &spec.metadata_from {
             Some(id) => Some(self.lookup(id, format!("{}.metadata_from", op.field))?),
             None => None,

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::batches::{cut_batches, BatchCut};
 use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
+use super::target_lock::{self, TargetLocks};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::driver::{
     attach_materials, open_materials, Driver, RunOptions, RunSummary, StageRecord,
@@ -128,6 +129,8 @@ pub struct Job {
     has_intermediates: bool,
     /// Removes a non-resumable run's work directory when the job is dropped.
     _work: WorkDir,
+    /// The locks of its local targets (none for a job attached to run batches).
+    _locks: TargetLocks,
     records: Vec<StageRecord>,
 }
 
@@ -163,8 +166,9 @@ impl Job {
             .any(|m| matches!(m.origin, MaterialOrigin::Intermediate { .. }));
         // A resumable run keeps its work directory when it fails; it removes it on success.
         let work = WorkDir((has_intermediates && job.is_none()).then(|| work_root.clone()));
-        // Nothing the job may not replace is at its targets; then its groups are made,
-        // before the arrays in them.
+        // No other job writes its targets now, and nothing the job may not replace is at
+        // them; then its groups are made, before the arrays in them.
+        let locks = target_lock::lock_targets(plan, &graph)?;
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
         job_groups::open(&groups, &fingerprint, opts.resume)?;
         let (arrays, resumed) = open_materials(
@@ -190,6 +194,7 @@ impl Job {
             work_root,
             has_intermediates,
             _work: work,
+            _locks: locks,
             records: Vec::new(),
         })
     }
@@ -219,7 +224,14 @@ impl Job {
         // The groups, to complete them when this process finishes the job.
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
         let outputs = target_urls(&physical);
-        let resumed = vec![false; physical.materials.len()];
+        // Each target is the job's unfinished output: a chunk in it is whole and this job's
+        // (a killed or retried batch of this run, or a run before it), so tasks whose output
+        // chunks are written are skipped. Arrays another tool made hold chunks of their own.
+        let resumed = physical
+            .materials
+            .iter()
+            .map(|m| matches!(&m.origin, MaterialOrigin::Target { spec, .. } if !spec.existing))
+            .collect();
         let PhysicalPlan { materials, stages } = physical;
         let driver = Driver::new(engine, stages, arrays, resumed)
             .with_partials(partials_store(&work_root, opts)?);
@@ -234,6 +246,7 @@ impl Job {
             work_root,
             has_intermediates: false,
             _work: WorkDir(None),
+            _locks: TargetLocks::default(),
             records: Vec::new(),
         })
     }

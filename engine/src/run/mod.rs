@@ -19,6 +19,7 @@ mod info;
 mod job;
 mod job_groups;
 mod rechunk;
+mod target_lock;
 
 pub use crate::exec::driver::{
     KeptChunks, RunOptions, RunSummary, StageKind, StageRecord, Strategy,

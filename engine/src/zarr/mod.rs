@@ -243,9 +243,11 @@ impl ZarrArray {
         })
     }
 
-    /// Makes a missing chunk an error once the array's metadata is gone too: for the
-    /// intermediates of a job run in batches, whose work directory is removed (metadata
-    /// first) when the job finishes, while a late copy of a batch may still read them.
+    /// Makes a missing chunk an error: for the engine's intermediates, every chunk of which
+    /// an earlier stage of the job wrote (fill values included), so a missing one was removed
+    /// while the job ran: its work directory removed, or, for a job run in batches, the job
+    /// finished (work directory removed, metadata first) while a late copy of a batch still
+    /// read it.
     pub fn with_removal_guard(mut self) -> Self {
         self.removal_guard = Some(match self.meta.metadata() {
             ArrayMetadata::V2(_) => ".zarray",
@@ -254,25 +256,30 @@ impl ZarrArray {
         self
     }
 
-    /// For chunk `key` that is not stored: an error when the array itself is gone (see
-    /// [`with_removal_guard`](Self::with_removal_guard)); Ok when it is a chunk of fill values.
+    /// For chunk `key` that is not stored: an error for an intermediate (see
+    /// [`with_removal_guard`](Self::with_removal_guard)); Ok otherwise (a chunk of fill
+    /// values).
     pub(crate) fn check_missing_chunk(&self, key: &str) -> Result<()> {
         let Some(meta) = self.removal_guard else {
             return Ok(());
         };
-        match self.store.size_of(meta) {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(Error::new(
-                ErrorKind::Store,
-                "the array was removed while this batch read it: its job was finished (or \
-                 its work directory removed) before this copy of the batch ended, so the \
-                 batch is void",
-            )
+        let why = match self.store.size_of(meta) {
+            Ok(Some(_)) => {
+                "a chunk of this intermediate array is gone: an earlier stage of the job wrote \
+                 it, so something removed it (or the work directory) while the job ran; what \
+                 the job read is void: run it again"
+            }
+            Ok(None) => {
+                "the intermediate array was removed while the job read it: its work directory \
+                 was removed, or its job finished before this copy of a batch ended; what was \
+                 read is void"
+            }
+            Err(e) => return Err(e.with_array(&self.name).with_chunk_key(key)),
+        };
+        Err(Error::new(ErrorKind::Store, why)
             .with_array(&self.name)
             .with_chunk_key(key)
-            .with_store(&self.url)),
-            Err(e) => Err(e.with_array(&self.name).with_chunk_key(key)),
-        }
+            .with_store(&self.url))
     }
 
     /// The store URL.

@@ -202,7 +202,13 @@ impl ZarrArray {
         resume: bool,
     ) -> Result<(Self, bool)> {
         if spec.existing {
-            return Ok((Self::create_with(store, spec, attrs, None)?, false));
+            let array = Self::create_with(store, spec, attrs, None)?;
+            // A write of a whole existing array (xarray's and Dask's targets) marks it too;
+            // a region write shares its array with other writers and leaves it as it is.
+            if spec.region.is_none() {
+                array.mark_existing(job)?;
+            }
+            return Ok((array, false));
         }
         let url = store.url().to_string();
         if !resume && spec.overwrite {
@@ -270,9 +276,53 @@ impl ZarrArray {
         Ok(array)
     }
 
+    /// Marks this existing array (made by another tool) as job `job`'s unfinished output
+    /// until [`finish_job`](Self::finish_job), which puts back its attributes as they were
+    /// (less the marker a killed run of any job left there).
+    fn mark_existing(&self, job: &str) -> Result<()> {
+        let url = &self.url;
+        let store = self.store.as_ref();
+        let (key, bytes) = match store.get(V3_KEY).map_err(|e| e.with_store(url))? {
+            Some(b) => (V3_KEY, b),
+            None => {
+                let b = store.get(V2_ATTRS_KEY).map_err(|e| e.with_store(url))?;
+                (V2_ATTRS_KEY, b.unwrap_or_else(|| b"{}".to_vec()))
+            }
+        };
+        let corrupt = |e: serde_json::Error| {
+            Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}"))
+                .with_chunk_key(key)
+                .with_store(url)
+        };
+        let mut doc: Value = serde_json::from_slice(&bytes).map_err(corrupt)?;
+        let not_object = || {
+            Error::new(ErrorKind::Corrupt, "attributes are not a JSON object")
+                .with_chunk_key(key)
+                .with_store(url)
+        };
+        let stale = attributes_in(&mut doc, key)
+            .ok_or_else(not_object)?
+            .remove(JOB_ATTR)
+            .is_some();
+        let pretty = |doc: &Value| {
+            serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
+        };
+        let finished = if stale { pretty(&doc)? } else { bytes };
+        attributes_in(&mut doc, key)
+            .ok_or_else(not_object)?
+            .insert(JOB_ATTR.to_string(), attrs::job_marker(job));
+        store
+            .set(key, pretty(&doc)?)
+            .map_err(|e| e.with_store(url))?;
+        if let Ok(mut slot) = self.finished_docs.lock() {
+            *slot = Some(vec![(key.to_string(), finished)]);
+        }
+        Ok(())
+    }
+
     /// Removes the unfinished-job marker from the attributes of an array that
     /// [`open_target`](Self::open_target) marked: the array is complete. (Arrays it did not
-    /// mark, such as `existing` ones, are left as they are.)
+    /// mark, such as those a region write fills, are left as they are.)
     pub fn finish_job(&self) -> Result<()> {
         let docs = self.finished_docs.lock().ok().and_then(|mut d| d.take());
         for (key, doc) in docs.into_iter().flatten() {
@@ -282,6 +332,22 @@ impl ZarrArray {
         }
         Ok(())
     }
+}
+
+/// The attributes in the metadata document `doc` stored at `key` (`zarr.json`'s
+/// `attributes`, made when absent, or the whole of `.zattrs`); None when not an object.
+fn attributes_in<'a>(
+    doc: &'a mut Value,
+    key: &str,
+) -> Option<&'a mut serde_json::Map<String, Value>> {
+    let attributes = match key {
+        V3_KEY => doc
+            .as_object_mut()?
+            .entry("attributes")
+            .or_insert_with(|| Value::Object(Default::default())),
+        _ => doc,
+    };
+    attributes.as_object_mut()
 }
 
 /// True when the root of `store` holds a Zarr array or group.

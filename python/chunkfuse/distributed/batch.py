@@ -177,6 +177,7 @@ def run_batch(spec: BatchSpec) -> dict[str, Any]:
         "batch": spec.index,
         "merge": spec.merge,
         "tasks": out.get("tasks", 0),
+        "tasks_done_before": out.get("tasks_done_before", 0),
         "bytes_read": out.get("bytes_read", 0),
         "decoded_bytes": out.get("decoded_bytes", 0),
         "bytes_written": out.get("bytes_written", 0),

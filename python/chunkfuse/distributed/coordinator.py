@@ -167,6 +167,9 @@ def run_distributed(
                 "stage": stage,
                 "label": cut["label"],
                 "tasks": cut["tasks"],
+                # Tasks whose output chunks an earlier (killed or failed) run had written.
+                "tasks_done_before": sum(r.get("tasks_done_before", 0) for r in results),
+                "resumed": any(r.get("tasks_done_before", 0) for r in results),
                 "batches": len(specs),
                 "merges": len(cut["merges"]),
                 "merged_by_batches": len(merged),

@@ -47,10 +47,9 @@ pub fn open_materials(
             MaterialOrigin::Target { attrs, .. } => attrs.clone(),
             _ => Default::default(),
         };
-        // A target is marked while the job runs when the run may resume it, or when it may
-        // not be overwritten (a rerun recognises its own unfinished output by the marker).
-        let marked = job.filter(|&(_, resume)| resume || !spec.overwrite);
-        let arr = match (marked, work_root) {
+        // Every target is marked while the job runs: what a killed run left is visibly
+        // unfinished (and a rerun recognises its own unfinished output by the marker).
+        let arr = match (job, work_root) {
             (Some((job, resume)), Some(_)) => {
                 let (arr, again) = ZarrArray::open_target(store.clone(), spec, &attrs, job, resume)
                     .array_ctx(&m.name)?;
@@ -60,11 +59,14 @@ pub fn open_materials(
             _ => ZarrArray::create_with(store.clone(), spec, &attrs, None).array_ctx(&m.name)?,
         }
         .with_name(&m.name);
-        // The engine's sharded intermediates are read inner chunk by inner chunk.
+        // The engine's sharded intermediates are read inner chunk by inner chunk; a chunk
+        // missing from an intermediate is an error, never fill values (an earlier stage
+        // wrote every chunk).
         let arr = match &m.origin {
             MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
-                arr.with_inner_reads()
+                arr.with_inner_reads().with_removal_guard()
             }
+            MaterialOrigin::Intermediate { .. } => arr.with_removal_guard(),
             _ => arr,
         };
         if work_root.is_none() {

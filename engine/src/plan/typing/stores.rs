@@ -11,14 +11,49 @@ use crate::store::open_store;
 use crate::zarr::{ArraySpec, ZarrArray};
 use crate::{plan_bail, plan_ensure};
 
-/// A store URL or path in one form (no `file://`, no trailing `/`, canonical when it exists),
-/// to compare sources and targets.
+/// A store URL or path in one form (no `file://`, no trailing `/`; a local path absolute and
+/// canonical: a path that does not exist yet is its nearest existing ancestor's canonical
+/// path joined with the rest), to compare sources and targets.
 pub(crate) fn normalise_url(url: &str) -> String {
+    use std::path::{Component, Path, PathBuf};
     let p = url.strip_prefix("file://").unwrap_or(url);
     let p = p.trim_end_matches('/');
-    std::fs::canonicalize(p)
-        .map(|c| c.display().to_string())
-        .unwrap_or_else(|_| p.to_string())
+    if p.contains("://") {
+        return p.to_string();
+    }
+    let components: Vec<Component> = Path::new(p).components().collect();
+    // The longest existing prefix, canonical; the rest applied to it as written (`..` going
+    // up), as the store will when it creates them.
+    for keep in (0..=components.len()).rev() {
+        let prefix: PathBuf = components[..keep].iter().collect();
+        let prefix = if prefix.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            prefix
+        };
+        let Ok(mut path) = std::fs::canonicalize(&prefix) else {
+            continue;
+        };
+        for c in &components[keep..] {
+            match c {
+                Component::ParentDir => {
+                    path.pop();
+                }
+                Component::Normal(name) => path.push(name),
+                _ => {}
+            }
+        }
+        return path.display().to_string();
+    }
+    p.to_string()
+}
+
+/// Whether the stores at the normalised URLs `a` and `b` (see [`normalise_url`]) share
+/// keys: the same, or one inside the other.
+pub(crate) fn overlap(a: &str, b: &str) -> bool {
+    let inside =
+        |x: &str, y: &str| x.len() > y.len() && x.starts_with(y) && x[y.len()..].starts_with('/');
+    a == b || inside(a, b) || inside(b, a)
 }
 
 /// A write node, with the target chunks it writes (their index ranges along each axis) when
