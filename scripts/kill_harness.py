@@ -398,8 +398,17 @@ def try_seed(
     problem = problem or why
     chunks_left = sum(is_chunk(k) for k in tree)
     temporaries = sum(TEMPORARY in k for k in tree)
-    rerun = run_write(name, src, target, work)
-    differs = same_tree(files(target), clean)
+    again: bool | None = None
+    if left == "complete":
+        # The kill came after the job ended (while the process exited): nothing to rerun, and
+        # a rerun would rightly be refused (the target is finished).
+        differs = ""
+    else:
+        try:
+            again = run_write(name, src, target, work).resumed
+            differs = same_tree(files(target), clean)
+        except RuntimeError as e:
+            differs = f"the rerun failed: {e}"
     problem = problem or differs
     shutil.rmtree(here, ignore_errors=True)
     return SeedResult(
@@ -411,7 +420,7 @@ def try_seed(
         chunks_left=chunks_left,
         chunks_total=sum(is_chunk(k) for k in clean),
         temporaries_left=temporaries,
-        rerun_resumed=rerun.resumed,
+        rerun_resumed=again,
         exact=differs == "",
         problem=problem,
         seconds=round(time.perf_counter() - t0, 2),
