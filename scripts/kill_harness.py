@@ -11,7 +11,8 @@ duration), inspects the target, reruns the same write to completion, and compare
 with the clean run. A seed passes when:
 
 - every chunk file the killed run left equals the clean run's file of that key, byte for
-  byte (no partial chunk: a killed writer's temporaries, named `.partial-`, are not chunks);
+  byte (no partial chunk: a killed writer's temporaries, chunkfuse's `.partial-...` and
+  zarr-python's `NAME.HEX.partial`, are not chunks);
 - the killed run's target is visibly unfinished: absent, or marked (the `chunkfuse` attribute
   with `incomplete: true` on an array or group, which zarr-python and xarray show), or, for
   the paths where xarray or zarr-python create the arrays before chunkfuse runs, holding
@@ -279,9 +280,15 @@ def files(target: Path) -> dict[str, Path]:
     return {str(p.relative_to(target)): p for p in target.rglob("*") if p.is_file()}
 
 
-def is_chunk(key: str) -> bool:
+def is_temporary(key: str) -> bool:
+    """A writer's temporary: chunkfuse's (`.partial-...`) or zarr-python's, which xarray
+    writes coordinates and metadata through (`NAME.HEX.partial`). Neither is ever read."""
     name = key.rsplit("/", 1)[-1]
-    return name not in METADATA and TEMPORARY not in name
+    return TEMPORARY in name or name.endswith(".partial")
+
+
+def is_chunk(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] not in METADATA and not is_temporary(key)
 
 
 def marked(tree: dict[str, Path]) -> bool:
@@ -397,7 +404,7 @@ def try_seed(
         why = why or f"the run ended but left its target {left}"
     problem = problem or why
     chunks_left = sum(is_chunk(k) for k in tree)
-    temporaries = sum(TEMPORARY in k for k in tree)
+    temporaries = sum(is_temporary(k) for k in tree)
     again: bool | None = None
     if left == "complete":
         # The kill came after the job ended (while the process exited): nothing to rerun, and

@@ -20,15 +20,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The lines of the newest run recorded in `path` (those of its last `run` id)."""
+def read_lines(path: Path, key: str | None = None) -> list[dict[str, Any]]:
+    """The lines of the newest run recorded in `path` (those of its last `run` id); with
+    `key`, for each value of that field, the lines of the newest run that has it (a harness
+    run again for some entry points only)."""
     if not path.exists():
         return []
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if not lines:
         return []
-    last = lines[-1].get("run")
-    return [r for r in lines if r.get("run") == last]
+    if key is None:
+        last = lines[-1].get("run")
+        return [r for r in lines if r.get("run") == last]
+    newest = {r[key]: r.get("run") for r in lines}
+    return [r for r in lines if r.get("run") == newest[r[key]]]
 
 
 def kill_table(lines: list[dict[str, Any]]) -> str:
@@ -89,10 +94,11 @@ def faults_table(lines: list[dict[str, Any]]) -> str:
 def provenance(lines: list[dict[str, Any]]) -> str:
     if not lines:
         return "_Not run yet._"
-    first = lines[0]
-    return (
-        f"Run `{first.get('run')}` on {first.get('date')}, commit {first.get('commit', '?')}, "
-        f"{first.get('machine', '?')}."
+    runs = {r.get("run"): r for r in lines}
+    return " ".join(
+        f"Run `{r.get('run')}` on {r.get('date')}, commit {r.get('commit', '?')}, "
+        f"{r.get('machine', '?')}."
+        for r in runs.values()
     )
 
 
@@ -111,12 +117,12 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "reliability.md")
     args = parser.parse_args()
     doc = args.doc.read_text()
-    for name, path, render in [
-        ("kill-table", args.kill, kill_table),
-        ("memory-table", args.memory, memory_table),
-        ("faults-table", args.faults, faults_table),
+    for name, path, key, render in [
+        ("kill-table", args.kill, "entry", kill_table),
+        ("memory-table", args.memory, None, memory_table),
+        ("faults-table", args.faults, None, faults_table),
     ]:
-        lines = read_lines(path)
+        lines = read_lines(path, key)
         body = provenance(lines) + ("\n\n" + render(lines) if lines else "")
         doc = replace_section(doc, name, body)
     args.doc.write_text(doc)

@@ -58,7 +58,10 @@ def test_the_checks_catch_a_partial_chunk_and_an_unmarked_partial_target(tmp_pat
     assert kill_harness.left_by_kill(cut, clean)[0] == "bad"
     unmarked = _tree({"zarr.json": ARRAY, "c/0": b"whole"}, tmp_path / "unmarked")
     assert kill_harness.left_by_kill(unmarked, clean)[0] == "bad"
-    marked = _tree({"zarr.json": MARKED, "c/0": b"whole", "c/.partial-1": b"x"}, tmp_path / "m")
+    marked = _tree(
+        {"zarr.json": MARKED, "c/0": b"whole", "c/.partial-1": b"x", "c/1.0a1b.partial": b""},
+        tmp_path / "m",
+    )
     assert kill_harness.left_by_kill(marked, clean) == ("marked", "")
     empty = _tree({"zarr.json": ARRAY}, tmp_path / "empty")
     assert kill_harness.left_by_kill(empty, clean) == ("not begun", "")
