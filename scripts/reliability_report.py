@@ -68,8 +68,9 @@ def memory_table(lines: list[dict[str, Any]]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in lines:
+        case = str(r["case"]).replace("|", "\\|")
         out.append(
-            f"| {r['kind']} | {r['case']} | {r['strategy']} | {r['input_mib']} "
+            f"| {r['kind']} | {case} | {r['strategy']} | {r['input_mib']} "
             f"| {r['budget_mib']} | {r['baseline_mib']} | {r['peak_mib']} | {r['limit_mib']} "
             f"| {'yes' if r['within'] else '**no**'} | {r['seconds']} |"
         )

@@ -225,8 +225,9 @@ impl Job {
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
         let outputs = target_urls(&physical);
         // Each target is the job's unfinished output: a chunk in it is whole and this job's
-        // (a killed or retried batch of this run, or a run before it), so tasks whose output
-        // chunks are written are skipped. Arrays another tool made hold chunks of their own.
+        // (a killed or retried batch of this run, or a run before it), so it counts as
+        // resumed. (Batches, driver/batches.rs, do not skip written tasks yet; whole stages
+        // run here would.) Arrays another tool made hold chunks of their own.
         let resumed = physical
             .materials
             .iter()
