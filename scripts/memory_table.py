@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -269,8 +270,6 @@ def run_case(
     decoded = int(summary["decoded_bytes"])
     if decoded < share * INPUT_BYTES * 0.99:
         raise RuntimeError(f"{case}: decoded {decoded} bytes, fewer than it must read")
-    import shutil
-
     shutil.rmtree(target, ignore_errors=True)
     return row(kind, case, " then ".join(strategies), int(summary["max_mem"]), baseline,
                m.peak_rss, decoded, seconds)  # fmt: skip

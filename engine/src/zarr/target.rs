@@ -282,19 +282,13 @@ impl ZarrArray {
     fn mark_existing(&self, job: &str) -> Result<()> {
         let url = &self.url;
         let store = self.store.as_ref();
-        let (key, bytes) = match store.get(V3_KEY).map_err(|e| e.with_store(url))? {
-            Some(b) => (V3_KEY, b),
-            None => {
-                let b = store.get(V2_ATTRS_KEY).map_err(|e| e.with_store(url))?;
-                (V2_ATTRS_KEY, b.unwrap_or_else(|| b"{}".to_vec()))
-            }
-        };
-        let corrupt = |e: serde_json::Error| {
-            Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}"))
-                .with_chunk_key(key)
-                .with_store(url)
-        };
-        let mut doc: Value = serde_json::from_slice(&bytes).map_err(corrupt)?;
+        let (key, bytes, mut doc) = attributes_document(store)?.unwrap_or_else(|| {
+            (
+                V2_ATTRS_KEY,
+                b"{}".to_vec(),
+                Value::Object(Default::default()),
+            )
+        });
         let not_object = || {
             Error::new(ErrorKind::Corrupt, "attributes are not a JSON object")
                 .with_chunk_key(key)
@@ -304,9 +298,6 @@ impl ZarrArray {
             .ok_or_else(not_object)?
             .remove(JOB_ATTR)
             .is_some();
-        let pretty = |doc: &Value| {
-            serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
-        };
         let finished = if stale { pretty(&doc)? } else { bytes };
         attributes_in(&mut doc, key)
             .ok_or_else(not_object)?
@@ -358,28 +349,41 @@ fn node_exists(store: &dyn Store) -> Result<bool> {
 /// Removes the unfinished-job marker from the attributes of the array or group at the root of
 /// `store` (`zarr.json`, or `.zattrs` for Zarr v2), if it has one.
 pub(crate) fn remove_marker(store: &dyn Store) -> Result<()> {
-    let url = store.url().to_string();
-    for key in [V3_KEY, V2_ATTRS_KEY] {
-        let Some(bytes) = store.get(key).map_err(|e| e.with_store(&url))? else {
-            continue;
-        };
-        let mut doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}"))
-                .with_chunk_key(key)
-                .with_store(&url)
-        })?;
-        let attributes = match key {
-            V3_KEY => doc.get_mut("attributes").and_then(Value::as_object_mut),
-            _ => doc.as_object_mut(),
-        };
-        if attributes.and_then(|a| a.remove(JOB_ATTR)).is_some() {
-            let bytes =
-                serde_json::to_vec_pretty(&doc).map_err(|e| Error::internal(e.to_string()))?;
-            store.set(key, bytes).map_err(|e| e.with_store(&url))?;
-        }
+    let Some((key, _, mut doc)) = attributes_document(store)? else {
         return Ok(());
+    };
+    if attributes_in(&mut doc, key)
+        .and_then(|a| a.remove(JOB_ATTR))
+        .is_some()
+    {
+        store
+            .set(key, pretty(&doc)?)
+            .map_err(|e| e.with_store(store.url()))?;
     }
     Ok(())
+}
+
+/// The document at the root of `store` that holds its attributes (`zarr.json`, else Zarr
+/// v2's `.zattrs`): its key, bytes and parsed JSON; None when neither is stored.
+fn attributes_document(store: &dyn Store) -> Result<Option<(&'static str, Vec<u8>, Value)>> {
+    let url = store.url();
+    for key in [V3_KEY, V2_ATTRS_KEY] {
+        let Some(bytes) = store.get(key).map_err(|e| e.with_store(url))? else {
+            continue;
+        };
+        let doc = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}"))
+                .with_chunk_key(key)
+                .with_store(url)
+        })?;
+        return Ok(Some((key, bytes.to_vec(), doc)));
+    }
+    Ok(None)
+}
+
+/// `doc` as the engine writes metadata documents.
+fn pretty(doc: &Value) -> Result<Vec<u8>> {
+    serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
 }
 
 impl ZarrArray {

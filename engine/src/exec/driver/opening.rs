@@ -59,16 +59,7 @@ pub fn open_materials(
             _ => ZarrArray::create_with(store.clone(), spec, &attrs, None).array_ctx(&m.name)?,
         }
         .with_name(&m.name);
-        // The engine's sharded intermediates are read inner chunk by inner chunk; a chunk
-        // missing from an intermediate is an error, never fill values (an earlier stage
-        // wrote every chunk).
-        let arr = match &m.origin {
-            MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
-                arr.with_inner_reads().with_removal_guard()
-            }
-            MaterialOrigin::Intermediate { .. } => arr.with_removal_guard(),
-            _ => arr,
-        };
+        let arr = read_as_material(arr, &m.origin);
         if work_root.is_none() {
             store.erase_prefix("")?;
         }
@@ -110,15 +101,21 @@ pub fn attach_materials(
         }
         .array_ctx(&m.name)?
         .with_name(&m.name);
-        let arr = match &m.origin {
-            // A late copy of a batch must not read a removed intermediate as fill values.
-            MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
-                arr.with_inner_reads().with_removal_guard()
-            }
-            MaterialOrigin::Intermediate { .. } => arr.with_removal_guard(),
-            _ => arr,
-        };
-        arrays.push(Arc::new(arr));
+        arrays.push(Arc::new(read_as_material(arr, &m.origin)));
     }
     Ok(Arc::new(Materials::new(arrays)))
+}
+
+/// How the engine reads `arr`, a material of `origin`: its sharded intermediates inner chunk
+/// by inner chunk; a chunk missing from an intermediate is an error, never fill values (an
+/// earlier stage wrote every chunk, so it was removed: the work directory, or, for a late
+/// copy of a batch, the finished job's).
+fn read_as_material(arr: ZarrArray, origin: &MaterialOrigin) -> ZarrArray {
+    match origin {
+        MaterialOrigin::Intermediate { spec } if spec.shards.is_some() => {
+            arr.with_inner_reads().with_removal_guard()
+        }
+        MaterialOrigin::Intermediate { .. } => arr.with_removal_guard(),
+        _ => arr,
+    }
 }
