@@ -531,6 +531,17 @@ def test_reduction_states_consumed_in_python_stay_in_python(tmp_path: Path) -> N
     np.testing.assert_array_equal(got, want)
 
 
+def test_intermediates_of_fill_values_read_back(tmp_path: Path) -> None:
+    """An intermediate whose chunks all equal its fill value (argmax over one element: zeros)
+    is stored chunk by chunk, so the next stage reads it rather than taking it for a chunk
+    something removed while the job ran (hypothesis found this)."""
+    _zarr_source(tmp_path, (1, 4, 2), (1, 1, 1))
+    x = da.from_zarr(str(tmp_path / "x.zarr"))[::-3, ::-3, np.array([1])].argmax(axis=2)
+    np.testing.assert_array_equal(x.compute(scheduler=get), x.compute(scheduler="sync"))
+    stats = last_stats()
+    assert stats is not None and stats.native_tasks > 0, stats
+
+
 def test_to_zarr_and_rechunk_run_in_the_engine(tmp_path: Path) -> None:
     data = _zarr_source(tmp_path, (12, 10, 8), (1, 10, 8))
     x = da.from_zarr(str(tmp_path / "x.zarr"))

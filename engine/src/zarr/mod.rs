@@ -49,7 +49,8 @@ pub struct ZarrArray {
     grid: ChunkGrid,
     fill: Vec<u8>,
     /// Store chunks whose values all equal the fill value too: a Zarr v2 array whose fill
-    /// value is null, whose readers cannot fill a missing chunk.
+    /// value is null, whose readers cannot fill a missing chunk, and the engine's
+    /// intermediates, where a missing chunk means one removed.
     store_fill_chunks: bool,
     /// Attributes and dimension names.
     attrs: ArrayAttrs,
@@ -243,12 +244,13 @@ impl ZarrArray {
         })
     }
 
-    /// Makes a missing chunk an error: for the engine's intermediates, every chunk of which
-    /// an earlier stage of the job wrote (fill values included), so a missing one was removed
-    /// while the job ran: its work directory removed, or, for a job run in batches, the job
-    /// finished (work directory removed, metadata first) while a late copy of a batch still
-    /// read it.
+    /// Makes a missing chunk an error, and has writes store every chunk, fill values
+    /// included: for the engine's intermediates, every chunk of which an earlier stage of the
+    /// job wrote through this handle, so a missing one was removed while the job ran: its work
+    /// directory removed, or, for a job run in batches, the job finished (work directory
+    /// removed, metadata first) while a late copy of a batch still read it.
     pub fn with_removal_guard(mut self) -> Self {
+        self.store_fill_chunks = true;
         self.removal_guard = Some(match self.meta.metadata() {
             ArrayMetadata::V2(_) => ".zarray",
             _ => "zarr.json",

@@ -79,6 +79,32 @@ fn missing_chunk_is_fill_value_and_fill_chunks_are_not_stored() {
 }
 
 #[test]
+fn a_guarded_intermediate_stores_fill_chunks_and_a_missing_one_is_an_error() {
+    for shards in [None, Some(vec![4, 6])] {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 1).unwrap());
+        let arr = ZarrArray::create(store, &spec(shards.clone(), 3))
+            .unwrap()
+            .with_removal_guard();
+        // A chunk of fill values (an argmax of zeros, say) is stored, so reading it back
+        // never looks like a removed chunk.
+        let n = arr.grid().chunk_region(&[0, 0]).len() as usize;
+        let b = Buffer::filled(DType::F32, n, &1.5f32.to_ne_bytes());
+        assert!(
+            arr.encode_chunk(&[0, 0], &b).unwrap().is_some(),
+            "{shards:?}"
+        );
+        assert!(
+            arr.encode_chunk_owned(&[0, 0], b).unwrap().is_some(),
+            "{shards:?}"
+        );
+        let e = arr.decode_read(&[1, 1], None).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Store, "{shards:?}");
+        assert!(e.to_string().contains("is gone"), "{e}");
+    }
+}
+
+#[test]
 fn corrupt_chunk_names_key_and_store() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(FsStore::new(dir.path(), 1).unwrap());
