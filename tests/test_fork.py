@@ -150,3 +150,42 @@ def test_forked_children_read_object_storage(
         got = pool.map_async(_window_sum, [(reader, s) for s in range(6)]).get(TIMEOUT)
     assert got == pytest.approx([_expected(data, s) for s in range(6)], rel=1e-6)
     assert _window_sum((reader, 7)) == pytest.approx(_expected(data, 7), rel=1e-6)
+
+
+def _xarray_anomaly_to_zarr(args: tuple[str, str]) -> list[float]:
+    """A user's worker: open a dataset with xarray, compute anomalies, write them with
+    `to_zarr` and read them back, all through chunkfuse.dask.get."""
+    import dask
+    import xarray as xr
+
+    source, target = args
+    with dask.config.set(scheduler=chunkfuse.dask.get):
+        ds = xr.open_zarr(source, chunks={"time": 4})
+        (ds - ds.mean("time")).to_zarr(target, mode="w")
+        back = xr.open_zarr(target)
+        return [float(v) for v in back.t2m.isel(lat=3, lon=5).values]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_xarray_writes_in_children_after_the_parent_wrote(tmp_path: Path, method: str) -> None:
+    """The path a user walks first: the parent writes with xarray's `to_zarr` through the
+    engine, then a pool of forked (or spawned) workers does the same to targets of their own."""
+    import xarray as xr
+
+    rng = np.random.default_rng(3)
+    data = rng.random((12, 18, 24), dtype="float32")
+    source = str(tmp_path / "era5.zarr")
+    xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), data)},
+        coords={"time": np.arange(12), "lat": np.linspace(-85, 85, 18), "lon": np.arange(24.0)},
+    ).chunk({"time": 1}).to_zarr(source, mode="w")
+    want = data[:, 3, 5] - data.mean(axis=0)[3, 5]
+    parent = _xarray_anomaly_to_zarr((source, str(tmp_path / "parent.zarr")))
+    np.testing.assert_allclose(parent, want, rtol=1e-5, atol=1e-6)
+    jobs = [(source, str(tmp_path / f"child{i}.zarr")) for i in range(3)]
+    with mp.get_context(method).Pool(2) as pool:
+        children = pool.map_async(_xarray_anomaly_to_zarr, jobs).get(TIMEOUT)
+    for got in children:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for _, target in jobs:
+        assert zarr.open_group(target, mode="r")["t2m"].shape == data.shape
