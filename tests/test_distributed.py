@@ -306,6 +306,41 @@ def test_a_run_interrupted_by_a_failure_resumes(client: Any, era5: Path, tmp_pat
     np.testing.assert_allclose(zarr.open_array(str(target), mode="r")[...], want, rtol=1e-5)
 
 
+def test_a_rerun_skips_the_tasks_a_failed_run_wrote(era5: Path, tmp_path: Path) -> None:
+    """A run that fails halfway through the stage that writes its target leaves half the
+    target's chunks; the rerun's batches skip the tasks that wrote them (and only those) and
+    the result equals the local engine's. A first run skips nothing."""
+    plan = (REPO / "plans" / "era5-anomaly.json").read_text()
+    target = tmp_path / "out.zarr"
+    params = {"source": str(era5), "target": str(target)}
+    work = str(tmp_path / "work")
+
+    class FailingInTheLastStage(LocalRuntime):
+        def map(self, fn: Callable[[Any], Any], items: Sequence[Any], *, label: str) -> Any:
+            if label.endswith(f"stage{last}"):
+                list(super().map(fn, list(items)[: len(items) // 2], label=label))
+                raise RuntimeError("the cluster went away")
+            return super().map(fn, items, label=label)
+
+    first = run_distributed(plan, params, runtime=LocalRuntime(2), work_dir=work, max_mem="64MB")
+    assert not any(s["resumed"] or s["tasks_done_before"] for s in first.stages), first.stages
+    last = len(first.stages) - 1
+    target_tasks = int(first.stages[last]["tasks"])
+    import shutil
+
+    shutil.rmtree(target)
+    with pytest.raises(RuntimeError, match="went away"):
+        run_distributed(
+            plan, params, runtime=FailingInTheLastStage(2), work_dir=work, max_mem="64MB"
+        )
+    rerun = run_distributed(plan, params, runtime=LocalRuntime(2), work_dir=work, max_mem="64MB")
+    stage = rerun.stages[last]
+    assert stage["resumed"] and 0 < stage["tasks_done_before"] < target_tasks, rerun.stages
+    assert stage["tasks"] == target_tasks
+    want = local_result(plan, era5, tmp_path / "local.zarr")
+    np.testing.assert_allclose(zarr.open_array(str(target), mode="r")[...], want, rtol=1e-5)
+
+
 CTRL_C_CHILD = """
 import sys
 import distributed

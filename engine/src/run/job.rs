@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::batches::{cut_batches, BatchCut};
 use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
+use super::resumed;
 use super::target_lock::{self, TargetLocks};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::driver::{
@@ -179,6 +180,9 @@ impl Job {
         )?;
         let outputs = target_urls(&physical);
         let PhysicalPlan { materials, stages } = physical;
+        if opts.batched {
+            resumed::record(&work_root, &resumed, opts.io_threads)?;
+        }
         let mut driver = Driver::new(engine, stages, arrays, resumed);
         if opts.batched {
             driver = driver.with_partials(partials_store(&work_root, opts)?);
@@ -224,15 +228,9 @@ impl Job {
         // The groups, to complete them when this process finishes the job.
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
         let outputs = target_urls(&physical);
-        // Each target is the job's unfinished output: a chunk in it is whole and this job's
-        // (a killed or retried batch of this run, or a run before it), so it counts as
-        // resumed. (Batches, driver/batches.rs, do not skip written tasks yet; whole stages
-        // run here would.) Arrays another tool made hold chunks of their own.
-        let resumed = physical
-            .materials
-            .iter()
-            .map(|m| matches!(&m.origin, MaterialOrigin::Target { spec, .. } if !spec.existing))
-            .collect();
+        // The materials an earlier run of the job had partly written, as the process that
+        // prepared it found them: batches skip the tasks whose output chunks they hold.
+        let resumed = resumed::read(&work_root, physical.materials.len(), opts.io_threads)?;
         let PhysicalPlan { materials, stages } = physical;
         let driver = Driver::new(engine, stages, arrays, resumed)
             .with_partials(partials_store(&work_root, opts)?);

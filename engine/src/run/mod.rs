@@ -19,6 +19,7 @@ mod info;
 mod job;
 mod job_groups;
 mod rechunk;
+mod resumed;
 mod target_lock;
 
 pub use crate::exec::driver::{

@@ -149,6 +149,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         work_dir=base,
         device=options.device,
         spread=shape.workers * shape.threads,
+        run=uuid.uuid4().hex,
     )
     job = key.prepare()
     token = uuid.uuid4().hex[:10]

@@ -40,7 +40,9 @@ class BatchFailed(RuntimeError):
 @dataclass(frozen=True)
 class JobKey:
     """What identifies a job to the processes that run its batches: the plan and the options
-    that shape its physical plan (the budget and threads) and where its work directory is."""
+    that shape its physical plan (the budget and threads), where its work directory is, and
+    which run of it this is (`run`: a worker attaches afresh to each run, whose preparation
+    may have found more already written)."""
 
     plan: str
     params: tuple[tuple[str, str], ...]
@@ -50,6 +52,8 @@ class JobKey:
     device: str = "cpu"
     #: Batches that run at once: a reduction's output chunk is spread over that many groups.
     spread: int = 0
+    #: The run (a token the coordinator draws per run; not passed to the engine).
+    run: str = ""
 
     def _args(self) -> tuple[Any, ...]:
         return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -127,6 +128,7 @@ def run_distributed(
         work_dir=work_dir,
         device=device,
         spread=shape.workers * shape.threads,
+        run=uuid.uuid4().hex,
     )
     job = key.prepare()
     run = DistributedRun(summary={}, max_mem=budget, threads=compute_threads)

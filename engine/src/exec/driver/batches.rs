@@ -7,6 +7,7 @@ use std::ops::Range;
 use super::{task_need, window_tasks, Driver, StageRecord};
 use crate::error::{Error, ErrorKind, Result, ResultExt};
 use crate::exec::band_groups::BandGroup;
+use crate::exec::driver::tasks::skip_done;
 use crate::exec::driver::{banded_stage, stage_tasks};
 use crate::exec::ops::reduce::{
     self,
@@ -88,7 +89,7 @@ impl Driver {
             tasks,
             sink: self.partial_sink(at)?,
         };
-        let (tasks, _) = window_tasks(
+        let (mut tasks, _) = window_tasks(
             stage,
             &self.arrays,
             self.limits(),
@@ -98,6 +99,12 @@ impl Driver {
         let parts: std::collections::BTreeSet<usize> = tasks.iter().map(|t| t.part).collect();
         record.parts = parts.len() as u64;
         record.tasks += tasks.len() as u64;
+        // A rerun of a job an earlier run left unfinished: tasks whose output chunks that
+        // run wrote are done (reductions' tasks, which write no chunk of their own, run).
+        if let Some(out) = self.resumed_output(stage) {
+            record.resumed = true;
+            record.tasks_done_before += skip_done(&mut tasks, &self.arrays[out])? as u64;
+        }
         record.largest_task_bytes = tasks.iter().map(task_need).max().unwrap_or(0);
         let result = match self.explain {
             true => Ok(()),
