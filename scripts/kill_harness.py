@@ -416,6 +416,9 @@ def try_seed(
             differs = same_tree(files(target), clean)
         except RuntimeError as e:
             differs = f"the rerun failed: {e}"
+        if again is False and chunks_left and left == "marked":
+            # An entry point that resumes kept nothing of what the kill left.
+            differs = differs or f"the rerun wrote again the {chunks_left} chunks the kill left"
     problem = problem or differs
     shutil.rmtree(here, ignore_errors=True)
     return SeedResult(
