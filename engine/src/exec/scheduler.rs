@@ -480,8 +480,11 @@ fn try_process(ctx: &Arc<Ctx>, t: &TaskRef) {
         let last = match t2.lock() {
             Ok(mut r) => {
                 r.busy = false;
-                r.processor = Some(processor);
-                r.reservation = reservation;
+                // A task ended while this batch ran keeps neither its processor nor memory.
+                if !r.ended {
+                    r.processor = Some(processor);
+                    r.reservation = reservation;
+                }
                 r.next += 1;
                 r.next == r.n_batches
             }
@@ -538,9 +541,16 @@ fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
     if writes.is_empty() {
         return;
     }
-    if let Ok(mut r) = t.lock() {
-        r.writes_pending += writes.len();
-        r.write_allowance = writes.len();
+    match t.lock() {
+        // A task ended (failed, or stopped with its stage) while this batch ran has been
+        // counted out of the stage: a write issued now would outlive the stage, and a
+        // process exiting on the stage's error would cut it short, leaving a temporary.
+        Ok(r) if r.ended => return,
+        Ok(mut r) => {
+            r.writes_pending += writes.len();
+            r.write_allowance = writes.len();
+        }
+        Err(_) => {}
     }
     for w in writes {
         let ctx2 = ctx.clone();
@@ -759,6 +769,106 @@ mod tests {
         for done in stalled.held.lock().unwrap().drain(..) {
             done(Ok(vec![Some(crate::store::Value::Owned(vec![1]))]));
         }
+        assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
+    }
+
+    /// A store whose reads of keys under `bad/` fail and whose other reads are `[1]`.
+    struct FailingReads;
+
+    impl crate::store::Store for FailingReads {
+        fn url(&self) -> &str {
+            "failing://"
+        }
+        fn read_batch(&self, reqs: Vec<ReadRequest>, done: crate::store::ReadCallback) {
+            if reqs.iter().any(|r| r.key.starts_with("bad/")) {
+                done(Err(Error::new(
+                    crate::error::ErrorKind::Store,
+                    "read refused",
+                )));
+            } else {
+                done(Ok(reqs
+                    .iter()
+                    .map(|_| Some(crate::store::Value::Owned(vec![1])))
+                    .collect()));
+            }
+        }
+        fn write_async(&self, _k: String, _v: Vec<u8>, done: crate::store::WriteCallback) {
+            done(Ok(()))
+        }
+        fn erase(&self, _key: &str) -> Result<()> {
+            Ok(())
+        }
+        fn erase_prefix(&self, _prefix: &str) -> Result<()> {
+            Ok(())
+        }
+        fn list_prefix(&self, _prefix: &str) -> Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn size_of(&self, _key: &str) -> Result<Option<u64>> {
+            Ok(None)
+        }
+        fn supports_partial_reads(&self) -> bool {
+            true
+        }
+    }
+
+    /// Takes a while over each batch and writes one value per batch.
+    struct SlowWriter {
+        store: Arc<dyn crate::store::Store>,
+    }
+
+    impl Processor for SlowWriter {
+        fn process(
+            &mut self,
+            b: usize,
+            _data: Vec<Option<crate::store::Value>>,
+            _c: &mut TaskContext,
+        ) -> Result<Vec<WriteOp>> {
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(vec![WriteOp::whole(
+                self.store.clone(),
+                format!("out/{b}"),
+                Some(vec![1]),
+            )])
+        }
+        fn finish(self: Box<Self>, _c: &mut TaskContext) -> Result<Vec<WriteOp>> {
+            Ok(vec![])
+        }
+    }
+
+    #[test]
+    fn a_task_that_fails_while_a_batch_runs_writes_nothing_after_the_stage_ends() {
+        // Batch 0 is computing when batch 1's read fails: the task ends and the stage
+        // returns the error. The batch's write used to be issued after that, outliving
+        // the stage (a process exiting on the error cut it short, leaving a temporary).
+        let out = MemoryStore::named("scheduler-failed-mid-batch");
+        let reads: Arc<dyn crate::store::Store> = Arc::new(FailingReads);
+        let s = Scheduler::new(
+            2,
+            Budget::new(1000),
+            Arc::new(Progress::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        )
+        .unwrap();
+        let task = Task {
+            label: "task".into(),
+            memory: 100,
+            batches: ["in/0", "bad/1"]
+                .iter()
+                .map(|k| {
+                    vec![ReadOp {
+                        store: reads.clone(),
+                        req: ReadRequest::whole(k.to_string()),
+                    }]
+                })
+                .collect(),
+            outputs: Vec::new(),
+            part: 0,
+            processor: Box::new(SlowWriter { store: out.clone() }),
+        };
+        let e = s.run(vec![task]).unwrap_err();
+        assert!(e.to_string().contains("read refused"), "{e}");
+        std::thread::sleep(Duration::from_millis(400));
         assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
     }
 }
