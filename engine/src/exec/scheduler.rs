@@ -16,6 +16,7 @@ use super::memory::{Budget, Reservation};
 use super::progress::Progress;
 use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
 use crate::error::{Error, Result};
+use crate::store::{ReadRequest, Store};
 
 /// Runs stages of tasks.
 pub struct Scheduler {
@@ -75,11 +76,7 @@ struct Running {
 type TaskRef = Arc<Mutex<Running>>;
 
 /// The reads of one batch that go to one store: positions in the batch, and requests.
-type StoreGroup = (
-    Arc<dyn crate::store::Store>,
-    Vec<usize>,
-    Vec<crate::store::ReadRequest>,
-);
+type StoreGroup = (Arc<dyn Store>, Vec<usize>, Vec<ReadRequest>);
 
 struct Ctx {
     pool: Arc<rayon::ThreadPool>,
@@ -337,13 +334,10 @@ fn end_if(ctx: &Arc<Ctx>, t: &TaskRef, error: Option<Error>, now: impl Fn(&Runni
     drop(reservation);
     match error {
         Some(e) => {
-            let e = if e.context.array.is_none() && e.context.chunk_key.is_none() {
-                let mut e = e;
+            let mut e = e;
+            if e.context.array.is_none() && e.context.chunk_key.is_none() {
                 e.message = format!("{} (in {label})", e.message);
-                e
-            } else {
-                e
-            };
+            }
             ctx.shared.fail(e)
         }
         None => ctx.progress.task_done(),
@@ -480,11 +474,8 @@ fn try_process(ctx: &Arc<Ctx>, t: &TaskRef) {
         let last = match t2.lock() {
             Ok(mut r) => {
                 r.busy = false;
-                // A task ended while this batch ran keeps neither its processor nor memory.
-                if !r.ended {
-                    r.processor = Some(processor);
-                    r.reservation = reservation;
-                }
+                r.processor = Some(processor);
+                r.reservation = reservation;
                 r.next += 1;
                 r.next == r.n_batches
             }
@@ -547,8 +538,7 @@ fn issue_writes(ctx: &Arc<Ctx>, t: &TaskRef, writes: Vec<WriteOp>) {
         // process exiting on the stage's error would cut it short, leaving a temporary.
         Ok(r) if r.ended => return,
         Ok(mut r) => {
-            r.writes_pending += writes.len();
-            r.write_allowance = writes.len();
+            (r.writes_pending, r.write_allowance) = (r.writes_pending + writes.len(), writes.len())
         }
         Err(_) => {}
     }
