@@ -353,6 +353,21 @@ impl Op {
             Op::Write { .. } => "write",
         }
     }
+
+    /// The ids of the arrays the op reads.
+    pub fn inputs(&self) -> Vec<&str> {
+        match self {
+            Op::Elementwise { inputs, .. } | Op::Concat { inputs, .. } => {
+                inputs.iter().map(String::as_str).collect()
+            }
+            Op::Reduce { input, .. }
+            | Op::Rechunk { input, .. }
+            | Op::Slice { input, .. }
+            | Op::Transpose { input, .. }
+            | Op::Fft { input, .. }
+            | Op::Write { input, .. } => vec![input.as_str()],
+        }
+    }
 }
 
 impl Plan {

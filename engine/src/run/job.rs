@@ -10,6 +10,7 @@ use super::batches::{cut_batches, BatchCut};
 use super::fit::fitting_engine;
 use super::job_groups::{self, JobGroup};
 use super::resumed;
+use super::string_copies;
 use super::target_lock::{self, TargetLocks};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::driver::{
@@ -80,8 +81,8 @@ fn fnv1a(text: &str) -> u64 {
 /// What identifies a job: its typed graph, with each source's URL and metadata, and the
 /// groups it writes. A rerun with the same plan over the same sources has the same
 /// fingerprint. Sources are identified by their metadata, not their contents.
-fn job_fingerprint(graph: &Graph, groups: &[crate::plan::GroupDecl]) -> String {
-    let mut text = format!("{groups:?}\n");
+fn job_fingerprint(graph: &Graph, groups: &[crate::plan::GroupDecl], strings: &str) -> String {
+    let mut text = format!("{groups:?}\n{strings}");
     for node in &graph.nodes {
         let kind = match &node.kind {
             crate::plan::node::NodeKind::Source(a) => format!("source {} {:?}", a.url(), a.info()),
@@ -153,12 +154,14 @@ impl Job {
             false => opts,
         };
         let started = Instant::now();
-        let graph = Graph::build(plan, opts.io_threads)?;
+        let (plan, strings) = string_copies::split(plan, opts.io_threads)?;
+        let plan = &plan;
+        let graph = Graph::build_part(plan, opts.io_threads, !strings.is_empty())?;
         let (engine, physical) = fitting_engine(&graph, opts)?;
         // A target belongs to the job (the plan over its sources); intermediates belong to
         // one physical plan of it (budget and threads shape them), so their directory names
         // both.
-        let fingerprint = job_fingerprint(&graph, &plan.groups);
+        let fingerprint = job_fingerprint(&graph, &plan.groups, &string_copies::describe(&strings));
         let job = opts.resume.then(|| fingerprint.clone());
         let work_root = work_root(opts.work_dir.as_deref(), job.as_deref(), &physical, started);
         let has_intermediates = physical
@@ -169,8 +172,10 @@ impl Job {
         let work = WorkDir((has_intermediates && job.is_none()).then(|| work_root.clone()));
         // No other job writes its targets now, and nothing the job may not replace is at
         // them; then its groups are made, before the arrays in them.
-        let locks = target_lock::lock_targets(plan, &graph)?;
+        let string_targets = string_copies::target_urls(&strings);
+        let locks = target_lock::lock_targets(plan, &graph, &string_targets)?;
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
+        string_copies::check_targets(&strings, &plan.groups, &fingerprint, opts.io_threads)?;
         job_groups::open(&groups, &fingerprint, opts.resume)?;
         let (arrays, resumed) = open_materials(
             &physical.materials,
@@ -178,7 +183,10 @@ impl Job {
             Some(&work_root),
             Some((&fingerprint, opts.resume)),
         )?;
-        let outputs = target_urls(&physical);
+        // Arrays of strings are small beside the arrays they label: copied now, in order.
+        string_copies::run(&strings, &fingerprint, opts.io_threads, &engine.progress)?;
+        let mut outputs = target_urls(&physical);
+        outputs.extend(string_targets);
         let PhysicalPlan { materials, stages } = physical;
         if opts.batched {
             resumed::record(&work_root, &resumed, opts.io_threads)?;
@@ -210,9 +218,11 @@ impl Job {
     /// output is an error.
     pub fn attach(plan: &Plan, opts: &RunOptions) -> Result<Job> {
         let started = Instant::now();
-        let graph = Graph::build(plan, opts.io_threads)?;
+        let (plan, strings) = string_copies::split(plan, opts.io_threads)?;
+        let plan = &plan;
+        let graph = Graph::build_part(plan, opts.io_threads, !strings.is_empty())?;
         let (engine, physical) = fitting_engine(&graph, opts)?;
-        let fingerprint = job_fingerprint(&graph, &plan.groups);
+        let fingerprint = job_fingerprint(&graph, &plan.groups, &string_copies::describe(&strings));
         let work_root = work_root(
             opts.work_dir.as_deref(),
             Some(&fingerprint),
@@ -227,7 +237,8 @@ impl Job {
         )?;
         // The groups, to complete them when this process finishes the job.
         let groups = job_groups::check_targets(plan, &graph, &fingerprint, opts.io_threads)?;
-        let outputs = target_urls(&physical);
+        let mut outputs = target_urls(&physical);
+        outputs.extend(string_copies::target_urls(&strings));
         // The materials an earlier run of the job had partly written, as the process that
         // prepared it found them: batches skip the tasks whose output chunks they hold.
         let resumed = resumed::read(&work_root, physical.materials.len(), opts.io_threads)?;

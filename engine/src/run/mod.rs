@@ -20,6 +20,7 @@ mod job;
 mod job_groups;
 mod rechunk;
 mod resumed;
+mod string_copies;
 mod target_lock;
 
 pub use crate::exec::driver::{
@@ -61,7 +62,9 @@ pub struct Explained {
 /// Validates and plans `plan` as [`run_plan`] would, then makes each stage's choices over
 /// in-memory stand-ins of its arrays: nothing is created and no task runs.
 pub fn explain_plan(plan: &Plan, opts: &RunOptions) -> Result<Explained> {
-    let graph = Graph::build(plan, opts.io_threads)?;
+    // Arrays of strings are copied, not computed on: no stage runs them.
+    let (plan, strings) = string_copies::split(plan, opts.io_threads)?;
+    let graph = Graph::build_part(&plan, opts.io_threads, !strings.is_empty())?;
     let (engine, physical) = fit::fitting_engine(&graph, opts)?;
     let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
     let (max_mem, task_budget) = (engine.max_mem, engine.task_budget);

@@ -8,6 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{ArrayDecl, GroupDecl, Op, OpDecl, Plan, WriteSpec};
 use crate::store::open_store;
 use crate::zarr::group::{member_arrays, read_group};
+use crate::zarr::strings::StringArray;
 use crate::zarr::{Codec, ZarrArray};
 
 /// Sizes along the axes of a rechunk target (chunks or shards).
@@ -85,18 +86,14 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Pl
         let chunks = match &r.chunks {
             RechunkChunks::Axes(c) => c.clone(),
             dims => {
-                let arr = ZarrArray::open(store).map_err(|e| e.with_field("source"))?;
-                by_name(&arr, dims, &source_chunks(&arr), "--chunks")?
-                    .unwrap_or_else(|| source_chunks(&arr))
+                let arr = Layout::open(source).map_err(|e| e.with_field("source"))?;
+                by_name(&arr, dims, &arr.chunks, "--chunks")?.unwrap_or(arr.chunks)
             }
         };
         let shards = match &r.shards {
             None => None,
             Some(RechunkChunks::Axes(s)) => Some(s.clone()),
-            Some(dims) => {
-                let arr = ZarrArray::open(open_store(source, 4)?)?;
-                by_name(&arr, dims, &chunks, "--shards")?
-            }
+            Some(dims) => by_name(&Layout::open(source)?, dims, &chunks, "--shards")?,
         };
         let mut plan = Plan {
             name: "rechunk".into(),
@@ -138,8 +135,8 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Pl
     let join = |root: &str, name: &str| format!("{}/{name}", root.trim_end_matches('/'));
     for name in member_arrays(store.as_ref())? {
         let url = join(source, &name);
-        let arr = ZarrArray::open(open_store(&url, 4)?).map_err(|e| e.with_array(&name))?;
-        let dims = arr.attrs().dimension_names.clone().unwrap_or_default();
+        let arr = Layout::open(&url).map_err(|e| e.with_array(&name))?;
+        let dims = arr.dims.clone();
         seen.extend(dims.iter().flatten().cloned());
         let own = |d: &RechunkChunks| match d {
             RechunkChunks::Dims(m) => RechunkChunks::Dims(
@@ -150,8 +147,8 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Pl
             ),
             axes => axes.clone(),
         };
-        let chunks = by_name(&arr, &own(&r.chunks), &source_chunks(&arr), "--chunks")?
-            .unwrap_or_else(|| source_chunks(&arr));
+        let chunks = by_name(&arr, &own(&r.chunks), &arr.chunks, "--chunks")?
+            .unwrap_or_else(|| arr.chunks.clone());
         let shards = match &r.shards {
             None => None,
             Some(s) => by_name(&arr, &own(s), &chunks, "--shards")?,
@@ -189,16 +186,44 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Pl
     Ok(plan)
 }
 
-/// The source's chunks as target sizes.
-fn source_chunks(arr: &ZarrArray) -> Vec<i64> {
-    arr.info().chunks.iter().map(|&c| c as i64).collect()
+/// What a rechunk plan takes from a source array: its URL, dimension names and chunks.
+struct Layout {
+    url: String,
+    /// One name (or none) per axis; empty when the array names none.
+    dims: Vec<Option<String>>,
+    /// The source's chunks, as target sizes.
+    chunks: Vec<i64>,
+}
+
+impl Layout {
+    /// The layout of the array at `url`: one the engine computes on, or one of strings
+    /// (which the job copies; see `string_copies`).
+    fn open(url: &str) -> Result<Layout> {
+        let store = open_store(url, 4)?;
+        let (dims, chunks) = match ZarrArray::open(store.clone()) {
+            Ok(arr) => (
+                arr.attrs().dimension_names.clone(),
+                arr.info().chunks.clone(),
+            ),
+            Err(e) if e.kind == ErrorKind::Unsupported => match StringArray::open(store)? {
+                Some(s) => (s.attrs().dimension_names.clone(), s.chunks().to_vec()),
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        Ok(Layout {
+            url: url.to_string(),
+            dims: dims.unwrap_or_default(),
+            chunks: chunks.iter().map(|&c| c as i64).collect(),
+        })
+    }
 }
 
 /// Per-axis sizes from sizes by dimension name (an axis not named takes its size in
 /// `unnamed`), or the sizes given per axis; `None` when no axis is named. A name the array
 /// lacks is an error naming its dimensions.
 fn by_name(
-    arr: &ZarrArray,
+    arr: &Layout,
     sizes: &RechunkChunks,
     unnamed: &[i64],
     flag: &str,
@@ -210,7 +235,7 @@ fn by_name(
     if dims.is_empty() {
         return Ok(None);
     }
-    let names = arr.attrs().dimension_names.clone().unwrap_or_default();
+    let names = &arr.dims;
     for name in dims.keys() {
         if !names.iter().any(|n| n.as_deref() == Some(name.as_str())) {
             let have: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
@@ -225,7 +250,7 @@ fn by_name(
                     }
                 ),
             )
-            .with_store(arr.url()));
+            .with_store(&arr.url));
         }
     }
     Ok(Some(

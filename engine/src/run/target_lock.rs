@@ -23,9 +23,11 @@ pub(super) struct TargetLocks {
     _held: Vec<File>,
 }
 
-/// Locks the local targets of `plan` (its groups and its arrays; see [`lock`]).
-pub(super) fn lock_targets(plan: &Plan, graph: &Graph) -> Result<TargetLocks> {
+/// Locks the local targets of `plan` (its groups and its arrays) and the targets `more`
+/// (see [`lock`]).
+pub(super) fn lock_targets(plan: &Plan, graph: &Graph, more: &[String]) -> Result<TargetLocks> {
     let mut urls: Vec<&str> = plan.groups.iter().map(|g| g.target.as_str()).collect();
+    urls.extend(more.iter().map(String::as_str));
     for node in &graph.nodes {
         if let NodeKind::Write { spec, .. } = &node.kind {
             if !(spec.existing && spec.region.is_some()) {

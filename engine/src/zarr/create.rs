@@ -109,7 +109,7 @@ impl Codec {
         }
     }
 
-    fn v3(&self, dtype: DType) -> Option<Value> {
+    pub(super) fn v3(&self, dtype: DType) -> Option<Value> {
         match self {
             Codec::Zstd { level } => {
                 Some(json!({"name": "zstd", "configuration": {"level": level, "checksum": false}}))
@@ -128,7 +128,7 @@ impl Codec {
         }
     }
 
-    fn v2(&self) -> Value {
+    pub(super) fn v2(&self) -> Value {
         match self {
             Codec::Zstd { level } => json!({"id": "zstd", "level": level}),
             Codec::Gzip { level } => json!({"id": "gzip", "level": level}),

@@ -16,6 +16,7 @@ mod keys;
 mod metadata;
 pub mod shard;
 pub mod stream;
+pub mod strings;
 pub mod target;
 pub mod window;
 

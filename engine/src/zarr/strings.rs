@@ -1,0 +1,394 @@
+//! Arrays of strings (Zarr v3 `string`, v2 `|O` with the `vlen-utf8` filter, as xarray and
+//! zarr-python write them), which the engine does not compute on: recognised, and rechunked
+//! value by value through zarrs' codecs, so that a rechunked dataset keeps its string
+//! coordinates and labels (ERA5's `expver`, station names).
+//!
+//! One target chunk at a time: the source chunks it overlaps are decoded (held only while it
+//! is built), its values gathered in C order, and it is encoded and written whole. Targets are
+//! never sharded.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use zarrs::array::{
+    data_type, Array, ArrayBytes, ArrayBytesOffsets, ArrayMetadata, ArrayToBytesCodecTraits,
+    CodecOptions,
+};
+use zarrs::storage::store::MemoryStore;
+
+use super::attrs::{ArrayAttrs, JOB_ATTR, V2_DIMENSIONS};
+use super::create::{Codec, Documents};
+use super::metadata;
+use crate::array::DType;
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::{ReadRequest, Store};
+
+/// An open array of strings.
+pub struct StringArray {
+    url: String,
+    store: Arc<dyn Store>,
+    meta: Array<MemoryStore>,
+    attrs: ArrayAttrs,
+    /// The (regular) grid's chunk shape.
+    chunks: Vec<u64>,
+}
+
+/// What a string array is rechunked into: the target's chunks, compressor and format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StringTarget {
+    /// Chunk shape.
+    pub chunks: Vec<u64>,
+    /// Compressor.
+    pub codec: Codec,
+    /// 2 or 3.
+    pub zarr_format: u8,
+}
+
+/// What a rechunk of strings did: target chunks written, bytes read and written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Copied {
+    /// Target chunks written.
+    pub chunks: u64,
+    /// Encoded source bytes read.
+    pub read: u64,
+    /// Encoded target bytes written.
+    pub written: u64,
+}
+
+/// The values of one decoded chunk: C-order strings as bytes and their offsets.
+struct Values {
+    bytes: Vec<u8>,
+    offsets: Vec<usize>,
+}
+
+impl Values {
+    /// The bytes of value `i`, if the chunk holds it.
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        let (start, end) = (*self.offsets.get(i)?, *self.offsets.get(i + 1)?);
+        self.bytes.get(start..end)
+    }
+}
+
+fn corrupt(msg: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Corrupt, msg.to_string())
+}
+
+fn codec_options() -> CodecOptions {
+    CodecOptions::default().with_concurrent_target(1)
+}
+
+fn nonzero(shape: &[u64]) -> Result<Vec<std::num::NonZeroU64>> {
+    shape
+        .iter()
+        .map(|&s| std::num::NonZeroU64::new(s).ok_or_else(|| Error::internal("zero-sized chunk")))
+        .collect()
+}
+
+/// The next index of an odometer over `extent` (C order); false after the last.
+fn advance(index: &mut [u64], extent: &[u64]) -> bool {
+    for d in (0..index.len()).rev() {
+        index[d] += 1;
+        if index[d] < extent[d] {
+            return true;
+        }
+        index[d] = 0;
+    }
+    false
+}
+
+impl StringArray {
+    /// Opens the array at the root of `store` when it holds strings; `None` for any other
+    /// data type (the engine's own arrays).
+    pub fn open(store: Arc<dyn Store>) -> Result<Option<StringArray>> {
+        let url = store.url().to_string();
+        let (metadata, raw) = metadata::read(store.as_ref())?;
+        let attrs = match &metadata {
+            ArrayMetadata::V3(_) => ArrayAttrs::from_v3(&raw),
+            ArrayMetadata::V2(m) => ArrayAttrs::from_v2(&m.attributes, None),
+        };
+        let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
+            .map_err(|e| corrupt(format!("invalid array metadata: {e}")).with_store(&url))?;
+        if meta.data_type() != &data_type::string() {
+            return Ok(None);
+        }
+        let rank = meta.shape().len();
+        let chunks: Vec<u64> = meta
+            .chunk_shape(&vec![0; rank])
+            .map_err(|e| corrupt(e).with_store(&url))?
+            .iter()
+            .map(|c| c.get())
+            .collect();
+        let regular = (0..rank).all(|d| {
+            let len = meta.shape()[d];
+            len == 0 || len.div_ceil(chunks[d]) == meta.chunk_grid_shape()[d]
+        });
+        if !regular {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "an array of strings with an irregular chunk grid",
+            )
+            .with_store(&url));
+        }
+        Ok(Some(StringArray {
+            url,
+            store,
+            meta,
+            attrs,
+            chunks,
+        }))
+    }
+
+    /// The array's shape.
+    pub fn shape(&self) -> &[u64] {
+        self.meta.shape()
+    }
+
+    /// The array's chunk shape.
+    pub fn chunks(&self) -> &[u64] {
+        &self.chunks
+    }
+
+    /// Attributes and dimension names.
+    pub fn attrs(&self) -> &ArrayAttrs {
+        &self.attrs
+    }
+
+    /// The store URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The fill value's bytes (UTF-8).
+    fn fill(&self) -> &[u8] {
+        self.meta.fill_value().as_ne_bytes()
+    }
+
+    /// The decoded values of chunk `idx`; `None` when it is not stored (all fill values).
+    /// Counts the bytes read in `copied`.
+    fn chunk_values(&self, idx: &[u64], copied: &mut Copied) -> Result<Option<Values>> {
+        let key = self.meta.chunk_key(idx).as_str().to_string();
+        let bytes = self
+            .store
+            .get_many(vec![ReadRequest::whole(key.clone())])?
+            .pop()
+            .flatten();
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        copied.read += bytes.len() as u64;
+        let context = |e: Error| e.with_chunk_key(&key).with_store(&self.url);
+        let decoded = self
+            .meta
+            .codecs()
+            .decode(
+                Cow::Borrowed(&bytes),
+                &nonzero(&self.chunks)?,
+                self.meta.data_type(),
+                self.meta.fill_value(),
+                &codec_options(),
+            )
+            .map_err(|e| context(corrupt(e)))?
+            .into_variable()
+            .map_err(|e| context(corrupt(e)))?;
+        let (bytes, offsets) = decoded.into_parts();
+        let n: u64 = self.chunks.iter().product();
+        if offsets.len() as u64 != n + 1 {
+            return Err(context(corrupt(format!(
+                "the chunk holds {} strings, not {n}",
+                offsets.len().saturating_sub(1)
+            ))));
+        }
+        Ok(Some(Values {
+            bytes: bytes.into_owned(),
+            offsets: offsets.to_vec(),
+        }))
+    }
+
+    /// The metadata documents of the target `spec` describes, with `marker` (the job marker)
+    /// among its attributes when given.
+    pub fn target_documents(
+        &self,
+        spec: &StringTarget,
+        marker: Option<&Value>,
+    ) -> Result<Documents> {
+        spec.codec.validate()?;
+        let rank = self.shape().len();
+        if spec.chunks.len() != rank || spec.chunks.contains(&0) {
+            return Err(Error::new(
+                ErrorKind::Plan,
+                format!(
+                    "chunks {:?} for an array of strings of shape {:?}",
+                    spec.chunks,
+                    self.shape()
+                ),
+            )
+            .with_store(&self.url));
+        }
+        let fill = String::from_utf8_lossy(self.fill()).into_owned();
+        let pretty = |doc: &Value| {
+            serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
+        };
+        match spec.zarr_format {
+            2 => {
+                let mut attributes: Map<String, Value> = self.attrs.attributes.clone();
+                if let Some(names) = &self.attrs.dimension_names {
+                    attributes.insert(V2_DIMENSIONS.to_string(), json!(names));
+                }
+                if let Some(m) = marker {
+                    attributes.insert(JOB_ATTR.to_string(), m.clone());
+                }
+                let doc = json!({
+                    "zarr_format": 2,
+                    "shape": self.shape(),
+                    "chunks": spec.chunks,
+                    "dtype": "|O",
+                    "compressor": spec.codec.v2(),
+                    "fill_value": if fill.is_empty() { Value::Null } else { json!(fill) },
+                    "order": "C",
+                    "filters": [{"id": "vlen-utf8"}],
+                    "dimension_separator": ".",
+                });
+                Ok(vec![
+                    (".zarray".to_string(), pretty(&doc)?),
+                    (".zattrs".to_string(), pretty(&Value::Object(attributes))?),
+                ])
+            }
+            3 => {
+                let (attributes, names) = self.attrs.v3_fields(marker);
+                let mut codecs = vec![json!({"name": "vlen-utf8", "configuration": {}})];
+                codecs.extend(spec.codec.v3(DType::U8));
+                let mut doc = json!({
+                    "zarr_format": 3,
+                    "node_type": "array",
+                    "shape": self.shape(),
+                    "data_type": "string",
+                    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": spec.chunks}},
+                    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                    "fill_value": fill,
+                    "codecs": codecs,
+                    "attributes": attributes,
+                });
+                if let Some(names) = names {
+                    doc["dimension_names"] = names;
+                }
+                Ok(vec![("zarr.json".to_string(), pretty(&doc)?)])
+            }
+            f => Err(Error::new(
+                ErrorKind::Plan,
+                format!("zarr_format must be 2 or 3, got {f}"),
+            )),
+        }
+    }
+
+    /// Rechunks this array into `target` (whose store holds nothing the job may not
+    /// replace): what is there goes, the metadata is written with `marker`, then every chunk,
+    /// then the metadata without the marker. Stops with `Cancelled` between chunks once this
+    /// thread's cancel flag is raised.
+    pub fn rechunk_into(
+        &self,
+        target: &Arc<dyn Store>,
+        spec: &StringTarget,
+        marker: &Value,
+    ) -> Result<Copied> {
+        let marked = self.target_documents(spec, Some(marker))?;
+        let finished = self.target_documents(spec, None)?;
+        let turl = target.url().to_string();
+        let (tmeta, _) = metadata::parse_documents(&finished)?;
+        let tmeta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", tmeta)
+            .map_err(|e| Error::internal(format!("target metadata: {e}")))?;
+        target.erase_prefix("")?;
+        for (key, doc) in marked {
+            target.set(&key, doc).map_err(|e| e.with_store(&turl))?;
+        }
+        let mut copied = Copied::default();
+        let shape = self.shape().to_vec();
+        let grid: Vec<u64> = shape
+            .iter()
+            .zip(&spec.chunks)
+            .map(|(&s, &c)| s.div_ceil(c))
+            .collect();
+        if grid.iter().all(|&g| g > 0) {
+            let mut at = vec![0u64; grid.len()];
+            loop {
+                if crate::cancel::requested() {
+                    return Err(Error::cancelled());
+                }
+                let key = tmeta.chunk_key(&at).as_str().to_string();
+                let bytes = self
+                    .target_chunk(&tmeta, &at, &spec.chunks, &mut copied)
+                    .map_err(|e| e.with_chunk_key(&key).with_store(&turl))?;
+                copied.chunks += 1;
+                copied.written += bytes.len() as u64;
+                target.set(&key, bytes).map_err(|e| e.with_store(&turl))?;
+                if !advance(&mut at, &grid) {
+                    break;
+                }
+            }
+        }
+        for (key, doc) in finished {
+            target.set(&key, doc).map_err(|e| e.with_store(&turl))?;
+        }
+        Ok(copied)
+    }
+
+    /// The encoded target chunk `at` of the grid of `chunks` (edge chunks padded with the
+    /// fill value, as Zarr's regular grids store them); counts the bytes read in `copied`.
+    fn target_chunk(
+        &self,
+        tmeta: &Array<MemoryStore>,
+        at: &[u64],
+        chunks: &[u64],
+        copied: &mut Copied,
+    ) -> Result<Vec<u8>> {
+        let shape = self.shape();
+        let rank = shape.len();
+        let n: u64 = chunks.iter().product();
+        let mut bytes = Vec::new();
+        let mut offsets = Vec::with_capacity(n as usize + 1);
+        offsets.push(0usize);
+        let mut decoded: HashMap<Vec<u64>, Option<Values>> = HashMap::new();
+        let mut pos = vec![0u64; rank];
+        for _ in 0..n {
+            let global: Vec<u64> = (0..rank).map(|d| at[d] * chunks[d] + pos[d]).collect();
+            if global.iter().zip(shape).any(|(g, s)| g >= s) {
+                bytes.extend_from_slice(self.fill());
+            } else {
+                let source: Vec<u64> = (0..rank).map(|d| global[d] / self.chunks[d]).collect();
+                let within =
+                    (0..rank).fold(0u64, |i, d| i * self.chunks[d] + global[d] % self.chunks[d]);
+                if !decoded.contains_key(&source) {
+                    let values = self.chunk_values(&source, copied)?;
+                    decoded.insert(source.clone(), values);
+                }
+                match decoded.get(&source).and_then(Option::as_ref) {
+                    None => bytes.extend_from_slice(self.fill()),
+                    Some(values) => {
+                        let value = values.get(within as usize).ok_or_else(|| {
+                            corrupt(format!("chunk {source:?} lacks string {within}"))
+                        })?;
+                        bytes.extend_from_slice(value);
+                    }
+                }
+            }
+            offsets.push(bytes.len());
+            advance(&mut pos, chunks);
+        }
+        let offsets =
+            ArrayBytesOffsets::new(offsets).map_err(|e| Error::internal(e.to_string()))?;
+        let values =
+            ArrayBytes::new_vlen(bytes, offsets).map_err(|e| Error::internal(e.to_string()))?;
+        let encoded = tmeta
+            .codecs()
+            .encode(
+                values,
+                &nonzero(chunks)?,
+                tmeta.data_type(),
+                tmeta.fill_value(),
+                &codec_options(),
+            )
+            .map_err(|e| Error::internal(format!("cannot encode strings: {e}")))?;
+        Ok(encoded.into_owned())
+    }
+}
