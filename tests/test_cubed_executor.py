@@ -440,3 +440,30 @@ def test_xarray_decoded_variables_run_natively(tmp_path: Path, spec: Any) -> Non
     mean = opened.mean("time").compute(executor=executor)
     assert executor.last_stats.python_tasks == 0, executor.last_stats.python_ops
     np.testing.assert_allclose(mean.values, plain.mean("time").values, rtol=1e-12)
+
+
+def test_string_variables_compute_in_cubed_s_python_path(tmp_path: Path, spec: Any) -> None:
+    """A string coordinate (ERA5's `expver`) opened with xarray on Cubed computes as Cubed's
+    own executor computes it: the engine takes no op over strings (it used to refuse the
+    dtype, failing the compute), and numeric variables beside it still run in the engine."""
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("cubed_xarray")
+    expver = np.array(["0001"] * 30 + ["0005"] * 10, dtype=object)
+    t2m = np.random.default_rng(6).standard_normal((40, 10)).astype("float32")
+    xr.Dataset({"t2m": (("time", "lat"), t2m)}, coords={"expver": (("time",), expver)}).to_zarr(
+        tmp_path / "ds.zarr", zarr_format=3, consolidated=False
+    )
+    opened = xr.open_zarr(
+        tmp_path / "ds.zarr",
+        chunked_array_type="cubed",
+        from_array_kwargs={"spec": spec},
+        chunks={"time": 10},
+        consolidated=False,
+    )
+    executor = RustExecutor()
+    got = opened.expver.isel(time=slice(25, 35)).compute(executor=executor)
+    assert got.values.tolist() == expver[25:35].tolist()
+    assert executor.last_stats.engine_runs == 0
+    mean = opened.t2m.mean("time").compute(executor=executor)
+    assert executor.last_stats.engine_runs > 0
+    np.testing.assert_allclose(mean.values, t2m.mean(0), rtol=1e-6)

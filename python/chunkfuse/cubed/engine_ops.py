@@ -46,10 +46,14 @@ class EngineOp:
 
 
 def _plain_local(arr: Any, *, read: bool = False) -> str | None:
-    """The URL of a local, non-empty Zarr array of a plain dtype, or None: unsharded, or for
+    """The URL of a local, non-empty Zarr array of a numeric dtype (not strings, objects,
+    records or datetimes, which stay with Cubed's Python path), or None: unsharded, or for
     an array only read (`read`), sharded with a shard index the engine reads itself (its
     inner chunks, which Cubed's tasks name, are then read one by one)."""
-    if not isinstance(arr, zarr.Array) or arr.dtype.fields is not None or 0 in arr.shape:
+    if not isinstance(arr, zarr.Array) or 0 in arr.shape:
+        return None
+    dtype = arr.dtype
+    if not isinstance(dtype, np.dtype) or dtype.fields is not None or dtype.kind not in "biufc":
         return None
     codecs = getattr(arr.metadata, "codecs", ())
     sharded = any(isinstance(c, ShardingCodec) for c in codecs)
