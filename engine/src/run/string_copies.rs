@@ -104,6 +104,7 @@ pub(super) fn split(plan: &Plan, io_threads: usize) -> Result<(Plan, Vec<StringC
                 chunks: target_chunks,
                 codec: spec.codec.clone(),
                 zarr_format: spec.zarr_format,
+                keep_attrs: own,
             },
             overwrite: spec.overwrite,
             field: op.field.clone(),
@@ -314,6 +315,20 @@ mod tests {
         assert_eq!(doc["attributes"], serde_json::json!({"units": "none"}));
         assert_eq!(doc["dimension_names"], serde_json::json!(["x"]));
         assert_eq!(doc["fill_value"], "-");
+        // Without metadata_from, as for the engine's other writes: no attributes or names.
+        let ops = r#"[{"id": "w", "op": "write", "input": "labels", "target": "DST",
+             "zarr_format": 2}]"#;
+        let (_, copies) = split(&plan(ops, &src, &dst), 1).unwrap();
+        run(&copies, "job", 1, &progress).unwrap();
+        let zattrs = std::fs::read_to_string(dst.join(".zattrs")).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&zattrs).unwrap(),
+            serde_json::json!({})
+        );
+        let zarray: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dst.join(".zarray")).unwrap()).unwrap();
+        assert_eq!(zarray["chunks"], serde_json::json!([2]));
+        assert_eq!(zarray["fill_value"], "-");
     }
 
     #[test]

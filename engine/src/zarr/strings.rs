@@ -44,6 +44,9 @@ pub struct StringTarget {
     pub codec: Codec,
     /// 2 or 3.
     pub zarr_format: u8,
+    /// Whether the target takes the source's attributes and dimension names (a write's
+    /// `metadata_from`); its fill value it always takes.
+    pub keep_attrs: bool,
 }
 
 /// What a rechunk of strings did: target chunks written, bytes read and written.
@@ -227,13 +230,15 @@ impl StringArray {
             .with_store(&self.url));
         }
         let fill = String::from_utf8_lossy(self.fill()).into_owned();
+        let none = ArrayAttrs::default();
+        let attrs = if spec.keep_attrs { &self.attrs } else { &none };
         let pretty = |doc: &Value| {
             serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
         };
         match spec.zarr_format {
             2 => {
-                let mut attributes: Map<String, Value> = self.attrs.attributes.clone();
-                if let Some(names) = &self.attrs.dimension_names {
+                let mut attributes: Map<String, Value> = attrs.attributes.clone();
+                if let Some(names) = &attrs.dimension_names {
                     attributes.insert(V2_DIMENSIONS.to_string(), json!(names));
                 }
                 if let Some(m) = marker {
@@ -256,7 +261,7 @@ impl StringArray {
                 ])
             }
             3 => {
-                let (attributes, names) = self.attrs.v3_fields(marker);
+                let (attributes, names) = attrs.v3_fields(marker);
                 let mut codecs = vec![json!({"name": "vlen-utf8", "configuration": {}})];
                 codecs.extend(spec.codec.v3(DType::U8));
                 let mut doc = json!({
