@@ -113,6 +113,19 @@ fn dtype_from_zarrs(dt: &zarrs::array::DataType) -> Option<DType> {
     table.iter().find(|(f, _)| &f() == dt).map(|(_, d)| *d)
 }
 
+/// An error of zarrs reading array metadata: a data type or codec zarrs does not know is
+/// unsupported (the metadata may be valid); anything else is invalid metadata.
+pub(crate) fn metadata_error(e: zarrs::array::ArrayCreateError) -> Error {
+    use zarrs::array::ArrayCreateError::{CodecsCreateError, DataTypeCreateError};
+    use zarrs::plugin::PluginCreateError::Unsupported;
+    match &e {
+        DataTypeCreateError(Unsupported(_)) | CodecsCreateError(Unsupported(_)) => {
+            Error::new(ErrorKind::Unsupported, format!("{e}"))
+        }
+        _ => Error::new(ErrorKind::Corrupt, format!("invalid array metadata: {e}")),
+    }
+}
+
 fn codec_options() -> CodecOptions {
     // The engine runs many chunks at once on its own pool; nested zarrs parallelism would
     // oversubscribe the cores.
@@ -149,7 +162,7 @@ impl ZarrArray {
             _ => None,
         };
         let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
-            .map_err(|e| Error::new(ErrorKind::Corrupt, format!("invalid array metadata: {e}")))?;
+            .map_err(metadata_error)?;
         let dtype = dtype_from_zarrs(meta.data_type()).ok_or_else(|| {
             Error::new(
                 ErrorKind::Unsupported,

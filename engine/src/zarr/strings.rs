@@ -112,7 +112,7 @@ impl StringArray {
             ArrayMetadata::V2(m) => ArrayAttrs::from_v2(&m.attributes, None),
         };
         let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
-            .map_err(|e| corrupt(format!("invalid array metadata: {e}")).with_store(&url))?;
+            .map_err(|e| super::metadata_error(e).with_store(&url))?;
         if meta.data_type() != &data_type::string() {
             return Ok(None);
         }

@@ -390,3 +390,21 @@ fn chunk_heads_decode_straight_into_place() {
         assert_eq!(dst, 1.5f32.to_ne_bytes().repeat(4));
     }
 }
+
+#[test]
+fn a_data_type_zarrs_does_not_know_is_unsupported_not_corrupt() {
+    // Fixed-width byte strings: valid Zarr v2 that zarrs has no data type for.
+    let store = crate::store::memory::MemoryStore::named("bytes-s4");
+    let doc = br#"{"zarr_format":2,"shape":[6],"chunks":[2],"dtype":"|S4",
+        "compressor":null,"fill_value":"","order":"C","filters":null}"#;
+    store.set(".zarray", doc.to_vec()).unwrap();
+    let e = ZarrArray::open(store.clone()).unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("|S4"), "{e}");
+    // Metadata that is not valid stays corrupt.
+    let doc = br#"{"zarr_format":2,"shape":[6],"chunks":[2],"dtype":"<f4",
+        "compressor":null,"fill_value":"x","order":"C","filters":null}"#;
+    store.set(".zarray", doc.to_vec()).unwrap();
+    let e = ZarrArray::open(store).unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::Corrupt, "{e}");
+}
