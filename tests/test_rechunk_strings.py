@@ -1,5 +1,6 @@
-"""Rechunking arrays of strings (Zarr v3 `string`, v2 `|O` with `vlen-utf8`), which the
-engine copies value by value rather than computing on: single arrays against zarr-python
+"""Rechunking arrays of strings (Zarr v3 `string`, v2 `|O` with `vlen-utf8`; fixed-width v3
+`fixed_length_utf32`, v2 `<U`n), which the engine copies value by value rather than
+computing on: single arrays against zarr-python
 (random shapes, chunks, values, missing chunks, both formats each way), a dataset with a
 string coordinate (ERA5's `expver`) against xarray through `chunkfuse.rechunk` and the CLI,
 and what stays refused (computing on strings)."""
@@ -40,6 +41,7 @@ def string_cases(draw: st.DrawFn) -> dict[str, Any]:
         "source_format": draw(st.sampled_from([2, 3])),
         "target_format": draw(st.sampled_from([2, 3])),
         "drop_first_chunk": draw(st.booleans()),
+        "dtype": draw(st.sampled_from([str, "<U12"])),
     }
 
 
@@ -52,10 +54,10 @@ def test_string_arrays_rechunk_as_zarr_python_reads_them(
     data = np.array(case["values"], dtype=object).reshape(case["shape"])
     fmt = case["source_format"]
     source = zarr.create_array(
-        str(tmp / "src.zarr"), shape=data.shape, chunks=case["src"], dtype=str,
+        str(tmp / "src.zarr"), shape=data.shape, chunks=case["src"], dtype=case["dtype"],
         zarr_format=fmt, fill_value="",
     )  # fmt: skip
-    source[...] = data.astype(str)
+    source[...] = data.astype(case["dtype"])
     want = source[...]
     if case["drop_first_chunk"]:
         key = ".".join("0" * data.ndim) if fmt == 2 else "c/" + "/".join("0" * data.ndim)
@@ -67,6 +69,7 @@ def test_string_arrays_rechunk_as_zarr_python_reads_them(
     out = zarr.open_array(str(tmp / "dst.zarr"), mode="r")
     assert out.metadata.zarr_format == case["target_format"]
     assert tuple(out.chunks) == case["dst"]
+    assert out.dtype == source.dtype
     np.testing.assert_array_equal(out[...], want)
     grid = int(np.prod([-(-s // c) for s, c in zip(data.shape, case["dst"], strict=True)]))
     assert summary["tasks"] == grid
@@ -84,6 +87,8 @@ def dataset_with_labels() -> xr.Dataset:
             "t2m": (("valid_time", "latitude", "longitude"),
                     rng.standard_normal((40, 19, 36)).astype("float32"), {"units": "K"}),
             "station": (("latitude",), np.array([f"st-{i}-ß" for i in range(19)], dtype=object)),
+            # numpy unicode: xarray stores it fixed-width (<U5, fixed_length_utf32)
+            "zone": (("longitude",), np.array([f"z{i % 4}-ü" for i in range(36)])),
         },
         coords={
             "valid_time": time,
@@ -112,7 +117,9 @@ def test_a_dataset_with_string_coordinates_rechunks_whole(
     xr.testing.assert_identical(got, xr.open_zarr(src).load())
     assert got["expver"].encoding["chunks"] == (40,)
     assert got["station"].encoding["chunks"] == (10,)
+    assert got["zone"].encoding["chunks"] == (12,)
     group = zarr.open_group(str(target), mode="r")
+    assert group["zone"].dtype == np.dtype("<U4")  # still fixed-width on disk
     assert "chunkfuse" not in group.attrs and "chunkfuse" not in group["expver"].attrs
     assert "expver" in group.array_keys()
 

@@ -200,16 +200,16 @@ impl Layout {
     /// (which the job copies; see `string_copies`).
     fn open(url: &str) -> Result<Layout> {
         let store = open_store(url, 4)?;
-        let (dims, chunks) = match ZarrArray::open(store.clone()) {
-            Ok(arr) => (
-                arr.attrs().dimension_names.clone(),
-                arr.info().chunks.clone(),
-            ),
-            Err(e) if e.kind == ErrorKind::Unsupported => match StringArray::open(store)? {
-                Some(s) => (s.attrs().dimension_names.clone(), s.chunks().to_vec()),
-                None => return Err(e),
-            },
-            Err(e) => return Err(e),
+        let (dims, chunks) = match StringArray::open(store.clone()) {
+            Ok(Some(s)) => (s.attrs().dimension_names.clone(), s.chunks().to_vec()),
+            // Not strings (or not readable as such): the engine's own array, or its error.
+            _ => {
+                let arr = ZarrArray::open(store)?;
+                (
+                    arr.attrs().dimension_names.clone(),
+                    arr.info().chunks.clone(),
+                )
+            }
         };
         Ok(Layout {
             url: url.to_string(),

@@ -1,7 +1,9 @@
-//! Arrays of strings (Zarr v3 `string`, v2 `|O` with the `vlen-utf8` filter, as xarray and
-//! zarr-python write them), which the engine does not compute on: recognised, and rechunked
-//! value by value through zarrs' codecs, so that a rechunked dataset keeps its string
-//! coordinates and labels (ERA5's `expver`, station names).
+//! Arrays of strings, which the engine does not compute on: variable-length ones (Zarr v3
+//! `string`, v2 `|O` with the `vlen-utf8` filter, as xarray writes object arrays) and
+//! fixed-width ones (v3 `fixed_length_utf32`, v2 `<U`n, as xarray writes numpy unicode
+//! arrays). They are recognised and rechunked value by value through zarrs' codecs, so that
+//! a rechunked dataset keeps its string coordinates and labels (ERA5's `expver`, station
+//! names); a target keeps its source's kind of string.
 //!
 //! One target chunk at a time: the source chunks it overlaps are decoded (held only while it
 //! is built), its values gathered in C order, and it is encoded and written whole. Targets are
@@ -25,9 +27,19 @@ use crate::array::DType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{ReadRequest, Store};
 
+/// How an array stores its strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Variable-length UTF-8.
+    Utf8,
+    /// Fixed-width UTF-32 (little-endian), this many bytes per value.
+    Utf32(u64),
+}
+
 /// An open array of strings.
 pub struct StringArray {
     url: String,
+    kind: Kind,
     store: Arc<dyn Store>,
     meta: Array<MemoryStore>,
     attrs: ArrayAttrs,
@@ -101,21 +113,48 @@ fn advance(index: &mut [u64], extent: &[u64]) -> bool {
     false
 }
 
+/// xarray writes numpy unicode arrays to Zarr v2 (`<U`n) with a null fill value, which
+/// zarrs refuses for that type: it is read as the empty string, as zarr-python reads it.
+fn null_unicode_fill_as_empty(m: &mut zarrs::array::ArrayMetadataV2) -> Result<()> {
+    let dtype = serde_json::to_value(&m.dtype).unwrap_or_default();
+    let unicode = dtype
+        .as_str()
+        .is_some_and(|d| d.len() > 2 && d[1..].starts_with('U'));
+    let null = serde_json::to_value(&m.fill_value).is_ok_and(|v| v.is_null());
+    if unicode && null {
+        m.fill_value = serde_json::from_value(json!(""))
+            .map_err(|e| Error::internal(format!("an empty fill value: {e}")))?;
+    }
+    Ok(())
+}
+
 impl StringArray {
     /// Opens the array at the root of `store` when it holds strings; `None` for any other
     /// data type (the engine's own arrays).
     pub fn open(store: Arc<dyn Store>) -> Result<Option<StringArray>> {
         let url = store.url().to_string();
-        let (metadata, raw) = metadata::read(store.as_ref())?;
+        let (mut metadata, raw) = metadata::read(store.as_ref())?;
+        if let ArrayMetadata::V2(m) = &mut metadata {
+            null_unicode_fill_as_empty(m).map_err(|e| e.with_store(&url))?;
+        }
         let attrs = match &metadata {
             ArrayMetadata::V3(_) => ArrayAttrs::from_v3(&raw),
             ArrayMetadata::V2(m) => ArrayAttrs::from_v2(&m.attributes, None),
         };
         let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
             .map_err(|e| super::metadata_error(e).with_store(&url))?;
-        if meta.data_type() != &data_type::string() {
-            return Ok(None);
-        }
+        let kind = match meta.data_type().fixed_size() {
+            None if meta.data_type() == &data_type::string() => Kind::Utf8,
+            Some(n) => {
+                let utf32 = std::num::NonZeroU64::new(n as u64)
+                    .and_then(|n| data_type::fixed_length_utf32(n).ok());
+                match utf32 {
+                    Some(dt) if &dt == meta.data_type() => Kind::Utf32(n as u64),
+                    _ => return Ok(None),
+                }
+            }
+            None => return Ok(None),
+        };
         let rank = meta.shape().len();
         let chunks: Vec<u64> = meta
             .chunk_shape(&vec![0; rank])
@@ -136,6 +175,7 @@ impl StringArray {
         }
         Ok(Some(StringArray {
             url,
+            kind,
             store,
             meta,
             attrs,
@@ -163,9 +203,23 @@ impl StringArray {
         &self.url
     }
 
-    /// The fill value's bytes (UTF-8).
+    /// The fill value's bytes (UTF-8, or for fixed-width strings UTF-32).
     fn fill(&self) -> &[u8] {
         self.meta.fill_value().as_ne_bytes()
+    }
+
+    /// The fill value as text.
+    fn fill_text(&self) -> String {
+        match self.kind {
+            Kind::Utf8 => String::from_utf8_lossy(self.fill()).into_owned(),
+            Kind::Utf32(_) => self
+                .fill()
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .take_while(|&c| c != 0)
+                .map(|c| char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER))
+                .collect(),
+        }
     }
 
     /// The decoded values of chunk `idx`; `None` when it is not stored (all fill values).
@@ -192,21 +246,32 @@ impl StringArray {
                 self.meta.fill_value(),
                 &codec_options(),
             )
-            .map_err(|e| context(corrupt(e)))?
-            .into_variable()
             .map_err(|e| context(corrupt(e)))?;
-        let (bytes, offsets) = decoded.into_parts();
         let n: u64 = self.chunks.iter().product();
+        let (bytes, offsets) = match self.kind {
+            Kind::Utf8 => {
+                let (bytes, offsets) = decoded
+                    .into_variable()
+                    .map_err(|e| context(corrupt(e)))?
+                    .into_parts();
+                (bytes.into_owned(), offsets.to_vec())
+            }
+            Kind::Utf32(width) => {
+                let bytes = decoded.into_fixed().map_err(|e| context(corrupt(e)))?;
+                let offsets = (0..=n).map(|i| (i * width) as usize).collect();
+                (bytes.into_owned(), offsets)
+            }
+        };
         if offsets.len() as u64 != n + 1 {
             return Err(context(corrupt(format!(
                 "the chunk holds {} strings, not {n}",
                 offsets.len().saturating_sub(1)
             ))));
         }
-        Ok(Some(Values {
-            bytes: bytes.into_owned(),
-            offsets: offsets.to_vec(),
-        }))
+        if offsets.last().is_some_and(|&end| end > bytes.len()) {
+            return Err(context(corrupt("the chunk's strings run past its bytes")));
+        }
+        Ok(Some(Values { bytes, offsets }))
     }
 
     /// The metadata documents of the target `spec` describes, with `marker` (the job marker)
@@ -229,7 +294,7 @@ impl StringArray {
             )
             .with_store(&self.url));
         }
-        let fill = String::from_utf8_lossy(self.fill()).into_owned();
+        let fill = self.fill_text();
         let none = ArrayAttrs::default();
         let attrs = if spec.keep_attrs { &self.attrs } else { &none };
         let pretty = |doc: &Value| {
@@ -248,11 +313,20 @@ impl StringArray {
                     "zarr_format": 2,
                     "shape": self.shape(),
                     "chunks": spec.chunks,
-                    "dtype": "|O",
+                    "dtype": match self.kind {
+                        Kind::Utf8 => "|O".to_string(),
+                        Kind::Utf32(width) => format!("<U{}", width / 4),
+                    },
                     "compressor": spec.codec.v2(),
-                    "fill_value": if fill.is_empty() { Value::Null } else { json!(fill) },
+                    "fill_value": match self.kind {
+                        Kind::Utf8 if fill.is_empty() => Value::Null,
+                        _ => json!(fill),
+                    },
                     "order": "C",
-                    "filters": [{"id": "vlen-utf8"}],
+                    "filters": match self.kind {
+                        Kind::Utf8 => json!([{"id": "vlen-utf8"}]),
+                        Kind::Utf32(_) => Value::Null,
+                    },
                     "dimension_separator": ".",
                 });
                 Ok(vec![
@@ -262,13 +336,27 @@ impl StringArray {
             }
             3 => {
                 let (attributes, names) = attrs.v3_fields(marker);
-                let mut codecs = vec![json!({"name": "vlen-utf8", "configuration": {}})];
-                codecs.extend(spec.codec.v3(DType::U8));
+                let (data_type, mut codecs) = match self.kind {
+                    Kind::Utf8 => (
+                        json!("string"),
+                        vec![json!({"name": "vlen-utf8", "configuration": {}})],
+                    ),
+                    Kind::Utf32(width) => (
+                        json!({"name": "fixed_length_utf32",
+                               "configuration": {"length_bytes": width}}),
+                        vec![json!({"name": "bytes", "configuration": {"endian": "little"}})],
+                    ),
+                };
+                // Blosc shuffles by code unit: bytes of UTF-8, four-byte units of UTF-32.
+                codecs.extend(spec.codec.v3(match self.kind {
+                    Kind::Utf8 => DType::U8,
+                    Kind::Utf32(_) => DType::U32,
+                }));
                 let mut doc = json!({
                     "zarr_format": 3,
                     "node_type": "array",
                     "shape": self.shape(),
-                    "data_type": "string",
+                    "data_type": data_type,
                     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": spec.chunks}},
                     "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
                     "fill_value": fill,
@@ -380,10 +468,14 @@ impl StringArray {
             offsets.push(bytes.len());
             advance(&mut pos, chunks);
         }
-        let offsets =
-            ArrayBytesOffsets::new(offsets).map_err(|e| Error::internal(e.to_string()))?;
-        let values =
-            ArrayBytes::new_vlen(bytes, offsets).map_err(|e| Error::internal(e.to_string()))?;
+        let values = match self.kind {
+            Kind::Utf8 => {
+                let offsets =
+                    ArrayBytesOffsets::new(offsets).map_err(|e| Error::internal(e.to_string()))?;
+                ArrayBytes::new_vlen(bytes, offsets).map_err(|e| Error::internal(e.to_string()))?
+            }
+            Kind::Utf32(_) => ArrayBytes::new_flen(bytes),
+        };
         let encoded = tmeta
             .codecs()
             .encode(
