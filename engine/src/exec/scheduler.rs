@@ -671,17 +671,40 @@ mod tests {
         assert_eq!(budget.used(), 0);
     }
 
-    /// A store that accepts reads and never answers (a stalled server).
-    struct Stalled {
+    /// A store whose reads of keys under `bad/` fail, and whose other reads are held and
+    /// never answered (a stalled server) or, unless `stall`, answered with `[1]`.
+    struct Scripted {
+        stall: bool,
         held: Mutex<Vec<crate::store::ReadCallback>>,
     }
 
-    impl crate::store::Store for Stalled {
-        fn url(&self) -> &str {
-            "stalled://"
+    impl Scripted {
+        fn new(stall: bool) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                stall,
+                held: Mutex::new(Vec::new()),
+            })
         }
-        fn read_batch(&self, _reqs: Vec<ReadRequest>, done: crate::store::ReadCallback) {
-            self.held.lock().unwrap().push(done);
+    }
+
+    impl crate::store::Store for Scripted {
+        fn url(&self) -> &str {
+            "scripted://"
+        }
+        fn read_batch(&self, reqs: Vec<ReadRequest>, done: crate::store::ReadCallback) {
+            if reqs.iter().any(|r| r.key.starts_with("bad/")) {
+                done(Err(Error::new(
+                    crate::error::ErrorKind::Store,
+                    "read refused",
+                )));
+            } else if self.stall {
+                self.held.lock().unwrap().push(done);
+            } else {
+                done(Ok(reqs
+                    .iter()
+                    .map(|_| Some(crate::store::Value::Owned(vec![1])))
+                    .collect()));
+            }
         }
         fn write_async(&self, _k: String, _v: Vec<u8>, done: crate::store::WriteCallback) {
             done(Ok(()))
@@ -705,9 +728,7 @@ mod tests {
 
     #[test]
     fn cancel_ends_a_stage_whose_reads_never_answer() {
-        let stalled = Arc::new(Stalled {
-            held: Mutex::new(Vec::new()),
-        });
+        let stalled = Scripted::new(true);
         let out = MemoryStore::named("scheduler-stalled");
         let budget = Budget::new(1000);
         let cancel = Arc::new(AtomicBool::new(false));
@@ -762,46 +783,6 @@ mod tests {
         assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
     }
 
-    /// A store whose reads of keys under `bad/` fail and whose other reads are `[1]`.
-    struct FailingReads;
-
-    impl crate::store::Store for FailingReads {
-        fn url(&self) -> &str {
-            "failing://"
-        }
-        fn read_batch(&self, reqs: Vec<ReadRequest>, done: crate::store::ReadCallback) {
-            if reqs.iter().any(|r| r.key.starts_with("bad/")) {
-                done(Err(Error::new(
-                    crate::error::ErrorKind::Store,
-                    "read refused",
-                )));
-            } else {
-                done(Ok(reqs
-                    .iter()
-                    .map(|_| Some(crate::store::Value::Owned(vec![1])))
-                    .collect()));
-            }
-        }
-        fn write_async(&self, _k: String, _v: Vec<u8>, done: crate::store::WriteCallback) {
-            done(Ok(()))
-        }
-        fn erase(&self, _key: &str) -> Result<()> {
-            Ok(())
-        }
-        fn erase_prefix(&self, _prefix: &str) -> Result<()> {
-            Ok(())
-        }
-        fn list_prefix(&self, _prefix: &str) -> Result<Vec<String>> {
-            Ok(Vec::new())
-        }
-        fn size_of(&self, _key: &str) -> Result<Option<u64>> {
-            Ok(None)
-        }
-        fn supports_partial_reads(&self) -> bool {
-            true
-        }
-    }
-
     /// Takes a while over each batch and writes one value per batch.
     struct SlowWriter {
         store: Arc<dyn crate::store::Store>,
@@ -832,7 +813,7 @@ mod tests {
         // returns the error. The batch's write used to be issued after that, outliving
         // the stage (a process exiting on the error cut it short, leaving a temporary).
         let out = MemoryStore::named("scheduler-failed-mid-batch");
-        let reads: Arc<dyn crate::store::Store> = Arc::new(FailingReads);
+        let reads: Arc<dyn crate::store::Store> = Scripted::new(false);
         let s = Scheduler::new(
             2,
             Budget::new(1000),

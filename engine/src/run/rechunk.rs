@@ -8,8 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{ArrayDecl, GroupDecl, Op, OpDecl, Plan, WriteSpec};
 use crate::store::open_store;
 use crate::zarr::group::{member_arrays, read_group};
-use crate::zarr::strings::StringArray;
-use crate::zarr::{Codec, ZarrArray};
+use crate::zarr::{AnyArray, Codec};
 
 /// Sizes along the axes of a rechunk target (chunks or shards).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,17 +198,12 @@ impl Layout {
     /// The layout of the array at `url`: one the engine computes on, or one of strings
     /// (which the job copies; see `string_copies`).
     fn open(url: &str) -> Result<Layout> {
-        let store = open_store(url, 4)?;
-        let (dims, chunks) = match StringArray::open(store.clone()) {
-            Ok(Some(s)) => (s.attrs().dimension_names.clone(), s.chunks().to_vec()),
-            // Not strings (or not readable as such): the engine's own array, or its error.
-            _ => {
-                let arr = ZarrArray::open(store)?;
-                (
-                    arr.attrs().dimension_names.clone(),
-                    arr.info().chunks.clone(),
-                )
-            }
+        let (dims, chunks) = match AnyArray::open(open_store(url, 4)?)? {
+            AnyArray::Strings(s) => (s.attrs().dimension_names.clone(), s.chunks().to_vec()),
+            AnyArray::Typed(arr) => (
+                arr.attrs().dimension_names.clone(),
+                arr.info().chunks.clone(),
+            ),
         };
         Ok(Layout {
             url: url.to_string(),

@@ -142,6 +142,31 @@ fn nonzero_shape(shape: &[u64]) -> Result<Vec<NonZeroU64>> {
 /// The most chunks an irregular axis may list (a regular axis has no limit).
 const MAX_LISTED_CHUNKS: u64 = 1 << 24;
 
+/// An array at the root of a store, its metadata read once: one the engine computes on, or
+/// one of strings, which it only copies (see [`strings`]).
+pub enum AnyArray {
+    /// An array of a numeric or bool data type.
+    Typed(Box<ZarrArray>),
+    /// An array of strings.
+    Strings(Box<strings::StringArray>),
+}
+
+impl AnyArray {
+    /// Opens the array at the root of `store`; an error is [`ZarrArray::open`]'s.
+    pub fn open(store: Arc<dyn Store>) -> Result<AnyArray> {
+        let url = store.url().to_string();
+        let (metadata, raw) = metadata::read(store.as_ref())?;
+        let strings =
+            strings::StringArray::from_metadata(store.clone(), metadata.clone(), raw.clone());
+        if let Ok(Some(s)) = strings {
+            return Ok(AnyArray::Strings(Box::new(s)));
+        }
+        ZarrArray::from_metadata(store, metadata, raw)
+            .map(|a| AnyArray::Typed(Box::new(a)))
+            .map_err(|e| e.with_store(&url))
+    }
+}
+
 impl ZarrArray {
     /// Opens the array whose metadata (`zarr.json`, or `.zarray` + `.zattrs`) is at the root of
     /// `store`.

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use zarrs::array::{
     data_type, Array, ArrayBytes, ArrayBytesOffsets, ArrayMetadata, ArrayToBytesCodecTraits,
-    CodecOptions,
 };
 use zarrs::storage::store::MemoryStore;
 
@@ -90,17 +89,6 @@ fn corrupt(msg: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Corrupt, msg.to_string())
 }
 
-fn codec_options() -> CodecOptions {
-    CodecOptions::default().with_concurrent_target(1)
-}
-
-fn nonzero(shape: &[u64]) -> Result<Vec<std::num::NonZeroU64>> {
-    shape
-        .iter()
-        .map(|&s| std::num::NonZeroU64::new(s).ok_or_else(|| Error::internal("zero-sized chunk")))
-        .collect()
-}
-
 /// The next index of an odometer over `extent` (C order); false after the last.
 fn advance(index: &mut [u64], extent: &[u64]) -> bool {
     for d in (0..index.len()).rev() {
@@ -132,8 +120,17 @@ impl StringArray {
     /// Opens the array at the root of `store` when it holds strings; `None` for any other
     /// data type (the engine's own arrays).
     pub fn open(store: Arc<dyn Store>) -> Result<Option<StringArray>> {
+        let (metadata, raw) = metadata::read(store.as_ref())?;
+        Self::from_metadata(store, metadata, raw)
+    }
+
+    /// [`StringArray::open`] with the metadata already read (`raw`: the array document).
+    pub(super) fn from_metadata(
+        store: Arc<dyn Store>,
+        mut metadata: ArrayMetadata,
+        raw: Value,
+    ) -> Result<Option<StringArray>> {
         let url = store.url().to_string();
-        let (mut metadata, raw) = metadata::read(store.as_ref())?;
         if let ArrayMetadata::V2(m) = &mut metadata {
             null_unicode_fill_as_empty(m).map_err(|e| e.with_store(&url))?;
         }
@@ -241,10 +238,10 @@ impl StringArray {
             .codecs()
             .decode(
                 Cow::Borrowed(&bytes),
-                &nonzero(&self.chunks)?,
+                &super::nonzero_shape(&self.chunks)?,
                 self.meta.data_type(),
                 self.meta.fill_value(),
-                &codec_options(),
+                &super::codec_options(),
             )
             .map_err(|e| context(corrupt(e)))?;
         let n: u64 = self.chunks.iter().product();
@@ -297,9 +294,6 @@ impl StringArray {
         let fill = self.fill_text();
         let none = ArrayAttrs::default();
         let attrs = if spec.keep_attrs { &self.attrs } else { &none };
-        let pretty = |doc: &Value| {
-            serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
-        };
         match spec.zarr_format {
             2 => {
                 let mut attributes: Map<String, Value> = attrs.attributes.clone();
@@ -330,8 +324,11 @@ impl StringArray {
                     "dimension_separator": ".",
                 });
                 Ok(vec![
-                    (".zarray".to_string(), pretty(&doc)?),
-                    (".zattrs".to_string(), pretty(&Value::Object(attributes))?),
+                    (".zarray".to_string(), super::target::pretty(&doc)?),
+                    (
+                        ".zattrs".to_string(),
+                        super::target::pretty(&Value::Object(attributes))?,
+                    ),
                 ])
             }
             3 => {
@@ -366,7 +363,10 @@ impl StringArray {
                 if let Some(names) = names {
                     doc["dimension_names"] = names;
                 }
-                Ok(vec![("zarr.json".to_string(), pretty(&doc)?)])
+                Ok(vec![(
+                    "zarr.json".to_string(),
+                    super::target::pretty(&doc)?,
+                )])
             }
             f => Err(Error::new(
                 ErrorKind::Plan,
@@ -480,10 +480,10 @@ impl StringArray {
             .codecs()
             .encode(
                 values,
-                &nonzero(chunks)?,
+                &super::nonzero_shape(chunks)?,
                 tmeta.data_type(),
                 tmeta.fill_value(),
-                &codec_options(),
+                &super::codec_options(),
             )
             .map_err(|e| Error::internal(format!("cannot encode strings: {e}")))?;
         Ok(encoded.into_owned())

@@ -382,7 +382,7 @@ fn attributes_document(store: &dyn Store) -> Result<Option<(&'static str, Vec<u8
 }
 
 /// `doc` as the engine writes metadata documents.
-fn pretty(doc: &Value) -> Result<Vec<u8>> {
+pub(super) fn pretty(doc: &Value) -> Result<Vec<u8>> {
     serde_json::to_vec_pretty(doc).map_err(|e| Error::internal(e.to_string()))
 }
 
