@@ -177,6 +177,13 @@ def test_rechunk_cli_takes_minus_one_for_whole_axes(
     assert_same_array(read_zarr(sharded), data)
     bad = cli("rechunk", src, tmp_path / "bad.zarr", *flag("--chunks", "-1,x,36"), expect_rc=2)
     assert 'at --chunks: "x" in "-1,x,36": not an integer' in bad.stderr, bad.stderr
+    # Another negative size was once taken as the whole axis.
+    neg = cli("rechunk", src, tmp_path / "neg.zarr", *flag("--chunks", "-7,13,36"), expect_rc=2)
+    assert '"-7" in "-7,13,36": sizes are positive' in neg.stderr, neg.stderr
+    assert not (tmp_path / "neg.zarr").exists()
+    fmt = cli("rechunk", src, tmp_path / "f4.zarr", "--chunks=-1,13,36", "--zarr-format", "4",
+              expect_rc=2)  # fmt: skip
+    assert "--zarr-format" in fmt.stderr and "memory://" not in fmt.stderr, fmt.stderr
 
 
 def test_rechunk_cli_of_a_group_by_dimension_name(cli: Cli, tmp_path: Path) -> None:
@@ -292,6 +299,11 @@ def test_bench_codec(cli: Cli, tmp_path: Path) -> None:
     assert {"seconds", "decode_seconds", "encode_seconds"} <= set(out), out
     assert all(out[k] >= 0 for k in ("seconds", "decode_seconds", "encode_seconds"))
     assert list_files(tmp_path) == before, "bench codec must not write anything"
+    # Chunks as rechunk takes them: -1 for a whole axis.
+    cli("bench", "codec", src, "--chunks=-1,8,8", "--json")
+    short = cli("bench", "codec", src, "--chunks", "8,8", expect_rc=2)
+    assert "2 sizes for an array of rank 3" in short.stderr, short.stderr
+    assert "memory://" not in short.stderr, short.stderr
 
 
 def test_output_readable_while_source_is_v2_group_sibling(

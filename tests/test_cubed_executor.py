@@ -467,3 +467,12 @@ def test_string_variables_compute_in_cubed_s_python_path(tmp_path: Path, spec: A
     mean = opened.t2m.mean("time").compute(executor=executor)
     assert executor.last_stats.engine_runs > 0
     np.testing.assert_allclose(mean.values, t2m.mean(0), rtol=1e-6)
+
+
+def test_float_arange_whose_step_does_not_divide_equals_cubed_s_own(spec: Any) -> None:
+    """Cubed's `arange` gives a block one value too long when float steps do not add up
+    exactly; Cubed's executors store its leading part, and so does RustExecutor."""
+    a = xp.arange(0.0, 2.0, 0.1, chunks=4, spec=spec)
+    want = a.compute()
+    np.testing.assert_array_equal(a.compute(executor=RustExecutor()), want)
+    np.testing.assert_allclose(want, np.arange(0.0, 2.0, 0.1), rtol=0, atol=1e-15)

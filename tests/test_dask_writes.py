@@ -629,3 +629,79 @@ def test_store_boxes_are_what_numpy_writes(case: tuple[tuple[int, ...], Any, Any
     want = np.zeros(shape)
     want[tuple(slice(a, b) for a, b in box)] = 1
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_unaligned_append_with_a_fill_value_encoding_runs_in_the_engine(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    """A `_FillValue` encoding makes xarray fill NaN through `~isnull(x)` (numpy's `invert` of
+    booleans), which once had no native form: the stores ran Dask's `load_store_chunk` in
+    Python, four at once into one stored chunk, and lost each other's values."""
+    values = np.arange(20 * 19 * 36, dtype="float32").reshape(20, 19, 36) + 1
+    values[3, 4, 5] = np.nan
+    ds = xr.Dataset(
+        {"t2m": (("time", "y", "x"), values)},
+        coords={"time": pd.date_range("2020-01-01", periods=20, freq="6h")},
+    )
+    ds.chunk({"time": 12}).to_zarr(tmp_path / "src.zarr", zarr_format=zarr_format)
+    ds = xr.open_zarr(tmp_path / "src.zarr")
+    path = tmp_path / "appended.zarr"
+    with dask.config.set(scheduler=get):
+        ds.isel(time=slice(0, 12)).chunk({"time": 12}).to_zarr(
+            path, mode="w", zarr_format=zarr_format,
+            encoding={"t2m": {"_FillValue": -9999.0}},
+        )  # fmt: skip
+        ds.isel(time=slice(12, 17)).chunk({"time": 5, "y": 10, "x": 18}).to_zarr(
+            path, append_dim="time", safe_chunks=False
+        )
+        _assert_native_stores("unaligned append with a _FillValue")
+    got = xr.open_zarr(path).compute(scheduler="sync")
+    want = ds.isel(time=slice(0, 17)).compute(scheduler="sync")
+    np.testing.assert_array_equal(got.t2m.values, want.t2m.values)
+    assert np.isnan(got.t2m.values[3, 4, 5])
+
+
+def test_arrays_with_filters_the_engine_cannot_match_stay_in_python(tmp_path: Path) -> None:
+    """numcodecs' Delta and Quantize filters (zarrs has no codec for them) and
+    FixedScaleOffset writes (zarrs rounds halves away from zero, numcodecs to even) run in
+    Python, writing what Dask's own scheduler writes."""
+    numcodecs = pytest.importorskip("numcodecs")
+    # (x - 280) * 100 is a half for each value: numcodecs stores the even neighbour.
+    values = np.array([269.875, 280.125, 280.375, 279.625] * 6, dtype="float32").reshape(4, 6)
+    ds = xr.Dataset({"v": (("t", "x"), values)}).chunk({"t": 2})
+    filters = {
+        "fixedscaleoffset": numcodecs.FixedScaleOffset(offset=280, scale=100, dtype="f4",
+                                                       astype="i4"),
+        "quantize": numcodecs.Quantize(digits=2, dtype="f4"),
+        "delta": numcodecs.Delta(dtype="f4"),
+    }  # fmt: skip
+    for name, codec in filters.items():
+        paths = {s: tmp_path / f"{name}-{s}.zarr" for s in ("sync", "chunkfuse")}
+        for scheduler, path in zip(("sync", get), paths.values(), strict=True):
+            ds.to_zarr(
+                path, zarr_format=2, encoding={"v": {"filters": [codec]}}, compute=False
+            ).compute(scheduler=scheduler)
+        stats = last_stats()
+        assert stats is not None and stats.python_tasks > 0, name
+        want = zarr.open_array(str(paths["sync"] / "v"), mode="r")[...]
+        got = zarr.open_array(str(paths["chunkfuse"] / "v"), mode="r")[...]
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        # Reading them back through the scheduler runs in Python too, and agrees.
+        back = xr.open_zarr(paths["chunkfuse"]).v.compute(scheduler=get)
+        np.testing.assert_array_equal(back.values, want, err_msg=name)
+
+
+def test_v2_complex_arrays_without_a_fill_value_read_and_write(tmp_path: Path) -> None:
+    """zarr-python writes `fill_value: null` for v2 complex arrays, which the engine once
+    reported as corrupt metadata."""
+    values = (np.arange(24) + 1j * np.arange(24)[::-1]).astype("complex64").reshape(4, 6)
+    src = zarr.create_array(
+        str(tmp_path / "c.zarr"), shape=values.shape, chunks=(2, 3), dtype="complex64",
+        fill_value=None, zarr_format=2,
+    )  # fmt: skip
+    src[...] = values
+    x = da.from_zarr(str(tmp_path / "c.zarr"))
+    np.testing.assert_array_equal((x * 2).compute(scheduler=get), values * 2)
+    (x + 1).to_zarr(str(tmp_path / "out.zarr"), compute=False).compute(scheduler=get)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "out.zarr"))[...], values + 1)

@@ -228,3 +228,57 @@ def test_cli_exits_130_on_ctrl_c_while_storage_stalls(
     )
     assert code == 130, err
     assert took < PROMPT + 0.5, (took, err)
+
+
+_SLOW_CUBED_FUNCTION = """
+import os, tempfile, time
+import cubed, cubed.array_api as xp
+from chunkfuse import RustExecutor
+
+spec = cubed.Spec(work_dir=tempfile.mkdtemp(), allowed_mem="500MB", executor=RustExecutor())
+
+def slow(block):
+    os.write(1, b"computing\\n")  # one write: lines of two threads stay apart
+    time.sleep(1.5)
+    os.write(1, b"computed\\n")
+    return block + 1
+
+x = xp.ones((4, 4), chunks=(2, 2), spec=spec)
+try:
+    cubed.map_blocks(slow, x, dtype=x.dtype).compute()
+except KeyboardInterrupt:
+    os.write(1, b"interrupted\\n")
+    raise
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals to a child process")
+def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly() -> None:
+    """The engine call returned on Ctrl-C after its half second of grace for writes while a
+    user function still ran on a compute thread; when the function returned, the
+    interpreter (finalizing on the KeyboardInterrupt) aborted with "PyGILState_Release:
+    thread state must be current". The call now returns once no chunk computes."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_CUBED_FUNCTION],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "computing"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = ["computing", *out.split()]
+    # Every chunk function that started had returned before the call raised.
+    assert "interrupted" in lines, (lines, err)
+    before = lines[: lines.index("interrupted")]
+    assert before.count("computing") == before.count("computed"), lines
+    assert "Fatal Python error" not in err, err
+    assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err)
+    assert "KeyboardInterrupt" in err, err

@@ -6,6 +6,7 @@ and resume when run again. Peak RSS under --max-mem is asserted in test_memory.p
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -110,6 +111,44 @@ def test_bad_target_chunks_are_one_clear_error_and_write_nothing(
     zarr.create_array(str(tmp_path / "src.zarr"), data=np.ones((10, 10), "float32"))
     with pytest.raises(ValueError, match=message):
         chunkfuse.rechunk(tmp_path / "src.zarr", tmp_path / "dst.zarr", chunks)
+    assert not (tmp_path / "dst.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        ((2.5, 5), r"axis 0 must be an integer .* got 2.5"),
+        ((True, 5), r"axis 0 must be an integer .* got True"),
+        ((5, None), r"axis 1 must be an integer .* got None"),
+        ({"y": "4"}, r"dimension 'y' must be an integer .* got '4'"),
+        ({0: 1.0}, r"axis 0 must be an integer"),
+        ("55", r"give one size per axis"),
+    ],
+)
+def test_sizes_that_are_not_integers_are_refused_not_rounded(
+    tmp_path: Path, chunks: Any, message: str
+) -> None:
+    arr = zarr.create_array(str(tmp_path / "src.zarr"), shape=(10, 10), dtype="float32")
+    arr.attrs["_ARRAY_DIMENSIONS"] = ["x", "y"]
+    with pytest.raises(TypeError, match=message):
+        chunkfuse.rechunk(tmp_path / "src.zarr", tmp_path / "dst.zarr", chunks)
+    with pytest.raises(TypeError, match=message):
+        chunkfuse.rechunk(tmp_path / "src.zarr", tmp_path / "dst.zarr", (5, 5), shards=chunks)
+    assert not (tmp_path / "dst.zarr").exists()
+
+
+def test_group_sizes_given_as_text_are_refused_for_every_variable(tmp_path: Path) -> None:
+    """`{"time": "4"}` once read as sizes for a variable named time (a string is a
+    sequence): the time coordinate was rechunked and the data kept its chunks."""
+    ds = xr.Dataset(
+        {"v": (("time", "x"), np.zeros((8, 3), "float32"))},
+        coords={"time": np.arange(8)},
+    ).chunk({"time": 1})
+    ds.to_zarr(tmp_path / "src.zarr", zarr_format=3, consolidated=False)
+    with pytest.raises(TypeError, match=r"dimension 'time' of '\w+' must be an integer"):
+        chunkfuse.rechunk(tmp_path / "src.zarr", tmp_path / "dst.zarr", {"time": "4"})
+    with pytest.raises(ValueError, match=r"dimension 'time' of '\w+' must be positive"):
+        chunkfuse.rechunk(tmp_path / "src.zarr", tmp_path / "dst.zarr", {"time": 0})
     assert not (tmp_path / "dst.zarr").exists()
 
 
@@ -557,3 +596,19 @@ def test_a_killed_fresh_job_is_marked_and_its_rerun_is_not_refused(
     assert not any(s["resumed"] for s in summary["stages"]), summary["stages"]
     np.testing.assert_array_equal(read_zarr(target), a)
     assert "chunkfuse" not in zarr.open_array(str(target), mode="r").attrs
+
+
+def test_a_v2_array_without_a_fill_value_keeps_none(tmp_path: Path) -> None:
+    """A plain v2 array (no dimension names) with `fill_value: null` came out with 0."""
+    src = zarr.create_array(
+        str(tmp_path / "src.zarr"), shape=(6, 4), chunks=(2, 4), dtype="int32",
+        fill_value=None, zarr_format=2,
+    )  # fmt: skip
+    src[...] = np.arange(24, dtype="int32").reshape(6, 4)
+    assert json.loads((tmp_path / "src.zarr" / ".zarray").read_text())["fill_value"] is None
+    chunkfuse.rechunk(str(tmp_path / "src.zarr"), tmp_path / "v2.zarr", (3, 2), zarr_format=2)
+    assert json.loads((tmp_path / "v2.zarr" / ".zarray").read_text())["fill_value"] is None
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "v2.zarr"))[...], src[...])
+    # v3 has no null fill value: the reader's default, 0.
+    chunkfuse.rechunk(str(tmp_path / "src.zarr"), tmp_path / "v3.zarr", (3, 2))
+    assert zarr.open_array(str(tmp_path / "v3.zarr")).fill_value == 0

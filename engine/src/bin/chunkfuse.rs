@@ -120,8 +120,8 @@ enum Command {
         /// Compressor: zstd[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], gzip[:LEVEL] or none.
         #[arg(long, default_value = "zstd:3")]
         codec: String,
-        /// Zarr format of the target.
-        #[arg(long, default_value_t = 3)]
+        /// Zarr format of the target: 2 or 3.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=3))]
         zarr_format: u8,
         #[command(flatten)]
         common: Common,
@@ -170,9 +170,10 @@ enum BenchCommand {
     Codec {
         /// The array.
         source: String,
-        /// Target chunk shape.
-        #[arg(long, value_delimiter = ',', required = true)]
-        chunks: Vec<u64>,
+        /// Target chunk shape, per axis or by dimension name (time=-1,latitude=10); -1: the
+        /// whole axis.
+        #[arg(long, required = true, allow_hyphen_values = true)]
+        chunks: String,
         /// Target compressor.
         #[arg(long, default_value = "zstd:3")]
         codec: String,
@@ -418,6 +419,8 @@ fn bench_command(what: BenchCommand) -> Result<(), Error> {
             json,
         } => {
             let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
+            let sizes = RechunkChunks::parse_cli(&chunks, "--chunks")?;
+            let chunks = run::array_chunks(&source, &sizes, "--chunks")?;
             let f = run::codec_floor(&source, threads, Some((&chunks, &codec)))?;
             if json {
                 return print_json(&f);

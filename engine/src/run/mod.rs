@@ -31,7 +31,7 @@ pub use batches::{cut_batches, BatchCut};
 pub use floor::{codec_floor, read_floor, CodecFloor};
 pub use info::{info, StoreInfo};
 pub use job::Job;
-pub use rechunk::{rechunk_plan, RechunkChunks, RechunkOptions};
+pub use rechunk::{array_chunks, rechunk_plan, RechunkChunks, RechunkOptions};
 
 /// Validates and runs `plan`.
 pub fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<RunSummary> {

@@ -30,9 +30,11 @@ impl RechunkChunks {
             )
         };
         let size = |item: &str, v: &str| -> Result<i64> {
-            v.trim()
-                .parse::<i64>()
-                .map_err(|_| bad(item, "not an integer"))
+            match v.trim().parse::<i64>() {
+                Ok(n) if n > 0 || n == -1 => Ok(n),
+                Ok(_) => Err(bad(item, "sizes are positive")),
+                Err(_) => Err(bad(item, "not an integer")),
+            }
         };
         let items: Vec<&str> = text.split(',').map(str::trim).collect();
         if items.iter().any(|i| i.contains('=')) {
@@ -185,9 +187,35 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Pl
     Ok(plan)
 }
 
-/// What a rechunk plan takes from a source array: its URL, dimension names and chunks.
+/// The chunk shape `sizes` gives the array at `url` (per axis or by dimension name, an axis
+/// not named keeping its chunks, -1 the whole axis); `flag` names the option in errors.
+pub fn array_chunks(url: &str, sizes: &RechunkChunks, flag: &str) -> Result<Vec<u64>> {
+    let arr = Layout::open(url)?;
+    let wanted = by_name(&arr, sizes, &arr.chunks, flag)?.unwrap_or_else(|| arr.chunks.clone());
+    if wanted.len() != arr.shape.len() {
+        return Err(Error::plan(
+            flag,
+            format!(
+                "{} sizes for an array of rank {} (shape {:?})",
+                wanted.len(),
+                arr.shape.len(),
+                arr.shape
+            ),
+        )
+        .with_store(url));
+    }
+    Ok(wanted
+        .iter()
+        .zip(&arr.shape)
+        .map(|(&c, &n)| if c == -1 { n.max(1) } else { c as u64 })
+        .collect())
+}
+
+/// What a rechunk plan takes from a source array: its URL, shape, dimension names and
+/// chunks.
 struct Layout {
     url: String,
+    shape: Vec<u64>,
     /// One name (or none) per axis; empty when the array names none.
     dims: Vec<Option<String>>,
     /// The source's chunks, as target sizes.
@@ -198,15 +226,21 @@ impl Layout {
     /// The layout of the array at `url`: one the engine computes on, or one of strings
     /// (which the job copies; see `string_copies`).
     fn open(url: &str) -> Result<Layout> {
-        let (dims, chunks) = match AnyArray::open(open_store(url, 4)?)? {
-            AnyArray::Strings(s) => (s.attrs().dimension_names.clone(), s.chunks().to_vec()),
+        let (shape, dims, chunks) = match AnyArray::open(open_store(url, 4)?)? {
+            AnyArray::Strings(s) => (
+                s.shape().to_vec(),
+                s.attrs().dimension_names.clone(),
+                s.chunks().to_vec(),
+            ),
             AnyArray::Typed(arr) => (
+                arr.shape(),
                 arr.attrs().dimension_names.clone(),
                 arr.info().chunks.clone(),
             ),
         };
         Ok(Layout {
             url: url.to_string(),
+            shape,
             dims: dims.unwrap_or_default(),
             chunks: chunks.iter().map(|&c| c as i64).collect(),
         })
@@ -332,6 +366,8 @@ mod tests {
             ("time=-1,10", "mixes sizes by axis and by name"),
             ("1,x", "\"x\" in \"1,x\": not an integer"),
             ("time=1,time=2", "names a dimension twice"),
+            ("-7,3", "\"-7\" in \"-7,3\": sizes are positive"),
+            ("time=0", "sizes are positive"),
         ] {
             let e = RechunkChunks::parse_cli(bad, "--chunks").unwrap_err();
             assert_eq!(e.context.field.as_deref(), Some("--chunks"));

@@ -27,6 +27,9 @@ pub struct ArrayAttrs {
     pub attributes: Map<String, Value>,
     /// One name (or none) per axis.
     pub dimension_names: Option<Vec<Option<String>>>,
+    /// A Zarr v2 array with no fill value (`fill_value` null) and no dimension names: a v2
+    /// copy keeps it null rather than taking the reader's default.
+    pub null_v2_fill: bool,
 }
 
 impl ArrayAttrs {
@@ -45,6 +48,7 @@ impl ArrayAttrs {
         ArrayAttrs {
             attributes,
             dimension_names,
+            null_v2_fill: false,
         }
     }
 
@@ -66,6 +70,7 @@ impl ArrayAttrs {
         }
         ArrayAttrs {
             attributes,
+            null_v2_fill: dimension_names.is_none() && fill.is_none(),
             dimension_names,
         }
     }
@@ -84,10 +89,12 @@ impl ArrayAttrs {
     /// The `.zattrs` document of a v2 array and its `fill_value` as it should be written,
     /// given the array's own fill value `fill` (native-endian bytes): for an array with
     /// dimension names (xarray's), the `_FillValue` attribute becomes the fill value (null
-    /// without one: xarray masks nothing); for any other array, `fill` is.
+    /// without one: xarray masks nothing); for any other array, `fill` is, unless it came
+    /// from a v2 array without one (null stays null).
     pub fn v2_fields(&self, dtype: DType, fill: &[u8], marker: Option<&Value>) -> (Value, Value) {
         let mut attributes = self.attributes.clone();
         let fill_value = match &self.dimension_names {
+            None if self.null_v2_fill => Value::Null,
             None => fill_json(dtype, fill),
             Some(names) => {
                 let decoded = attributes
@@ -393,6 +400,13 @@ mod tests {
         assert_eq!(
             plain.v2_fields(DType::F32, &1.5f32.to_ne_bytes(), None).1,
             json!(1.5)
+        );
+        // ... and one without a fill value keeps none (v3 takes zarrs' default, 0).
+        let none = ArrayAttrs::from_v2(&Map::new(), None);
+        assert!(none.null_v2_fill);
+        assert_eq!(
+            none.v2_fields(DType::I32, &0i32.to_ne_bytes(), None).1,
+            Value::Null
         );
     }
 }

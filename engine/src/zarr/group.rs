@@ -342,6 +342,7 @@ mod tests {
             let names = ArrayAttrs {
                 attributes: Map::new(),
                 dimension_names: Some(vec![Some("time".into())]),
+                null_v2_fill: false,
             };
             ZarrArray::create_with(member, &spec, &names, None).unwrap();
             assert!(open_target_group(store.as_ref(), zarr_format, &attrs, "j", true).unwrap());

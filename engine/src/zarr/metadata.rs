@@ -42,7 +42,10 @@ pub fn read(store: &dyn Store) -> Result<(ArrayMetadata, serde_json::Value)> {
         (None, Some(d)) => (d, V2_KEY),
         (None, None) => {
             let root = std::path::Path::new(store.url());
-            let msg = if store.url().contains("://") || root.exists() {
+            let v2_group = store.size_of(".zgroup").ok().flatten().is_some();
+            let msg = if v2_group {
+                GROUP_NOT_ARRAY
+            } else if store.url().contains("://") || root.exists() {
                 "no Zarr array here (neither zarr.json nor .zarray found)"
             } else {
                 "no such file or directory"
@@ -50,7 +53,7 @@ pub fn read(store: &dyn Store) -> Result<(ArrayMetadata, serde_json::Value)> {
             return Err(Error::store(store.url(), msg));
         }
     };
-    let mut metadata = parse(&doc, key)?;
+    let mut metadata = parse(&doc, key).map_err(|e| e.with_store(store.url()))?;
     if let (ArrayMetadata::V2(m), Some(attrs)) = (&mut metadata, attrs) {
         m.attributes = serde_json::from_slice(&attrs).map_err(|e| {
             Error::new(ErrorKind::Corrupt, format!("invalid JSON: {e}"))
@@ -82,6 +85,9 @@ pub fn parse_documents(docs: &[(String, Vec<u8>)]) -> Result<(ArrayMetadata, ser
     Ok((metadata, raw))
 }
 
+/// What opening a group as an array says.
+const GROUP_NOT_ARRAY: &str = "this is a Zarr group, not an array; name the array inside it";
+
 /// Parses a metadata document stored under `key` (`zarr.json` or `.zarray`).
 pub fn parse(doc: &[u8], key: &str) -> Result<ArrayMetadata> {
     let corrupt = |e: serde_json::Error| {
@@ -90,17 +96,34 @@ pub fn parse(doc: &[u8], key: &str) -> Result<ArrayMetadata> {
     if key == V3_KEY {
         let value: serde_json::Value = serde_json::from_slice(doc).map_err(corrupt)?;
         if value.get("node_type").and_then(|v| v.as_str()) == Some("group") {
-            return Err(Error::new(
-                ErrorKind::Store,
-                "this is a Zarr group, not an array; name the array inside it",
-            ));
+            return Err(Error::new(ErrorKind::Store, GROUP_NOT_ARRAY));
         }
         let m: ArrayMetadataV3 = serde_json::from_value(value).map_err(corrupt)?;
         Ok(ArrayMetadata::V3(m))
     } else {
-        let m: ArrayMetadataV2 = serde_json::from_slice(doc).map_err(corrupt)?;
+        let mut m: ArrayMetadataV2 = serde_json::from_slice(doc).map_err(corrupt)?;
+        null_fill_as_default(&mut m).map_err(|e| e.with_chunk_key(key))?;
         Ok(ArrayMetadata::V2(m))
     }
+}
+
+/// zarr-python and xarray write `fill_value: null` (no fill value) for numpy unicode (`<U`n)
+/// and complex arrays in Zarr v2, which zarrs refuses for those types: they read as
+/// zarr-python reads them, the empty string and 0. (The raw document keeps the null, so a
+/// v2 copy keeps it too.)
+fn null_fill_as_default(m: &mut ArrayMetadataV2) -> Result<()> {
+    if !serde_json::to_value(&m.fill_value).is_ok_and(|v| v.is_null()) {
+        return Ok(());
+    }
+    let dtype = serde_json::to_value(&m.dtype).unwrap_or_default();
+    let default = match dtype.as_str().and_then(|d| d.get(1..2)) {
+        Some("U") => serde_json::json!(""),
+        Some("c") => serde_json::json!([0.0, 0.0]),
+        _ => return Ok(()),
+    };
+    m.fill_value = serde_json::from_value(default)
+        .map_err(|e| Error::internal(format!("a default fill value: {e}")))?;
+    Ok(())
 }
 
 /// A summary of an array for `chunkfuse info`.

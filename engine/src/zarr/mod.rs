@@ -116,12 +116,14 @@ fn dtype_from_zarrs(dt: &zarrs::array::DataType) -> Option<DType> {
 /// An error of zarrs reading array metadata: a data type or codec zarrs does not know is
 /// unsupported (the metadata may be valid); anything else is invalid metadata.
 pub(crate) fn metadata_error(e: zarrs::array::ArrayCreateError) -> Error {
-    use zarrs::array::ArrayCreateError::{CodecsCreateError, DataTypeCreateError};
+    use zarrs::array::ArrayCreateError::{
+        CodecsCreateError, DataTypeCreateError, UnsupportedZarrV2Array,
+    };
     use zarrs::plugin::PluginCreateError::Unsupported;
     match &e {
-        DataTypeCreateError(Unsupported(_)) | CodecsCreateError(Unsupported(_)) => {
-            Error::new(ErrorKind::Unsupported, format!("{e}"))
-        }
+        DataTypeCreateError(Unsupported(_))
+        | CodecsCreateError(Unsupported(_))
+        | UnsupportedZarrV2Array(_) => Error::new(ErrorKind::Unsupported, format!("{e}")),
         _ => Error::new(ErrorKind::Corrupt, format!("invalid array metadata: {e}")),
     }
 }
@@ -170,10 +172,22 @@ impl AnyArray {
 impl ZarrArray {
     /// Opens the array whose metadata (`zarr.json`, or `.zarray` + `.zattrs`) is at the root of
     /// `store`.
+    /// An array of strings is an `unsupported` error saying what the engine does with them.
     pub fn open(store: Arc<dyn Store>) -> Result<Self> {
         let url = store.url().to_string();
         let (metadata, raw) = metadata::read(store.as_ref())?;
-        Self::from_metadata(store, metadata, raw).map_err(|e| e.with_store(&url))
+        Self::from_metadata(store.clone(), metadata.clone(), raw.clone())
+            .map_err(
+                |e| match strings::StringArray::from_metadata(store, metadata, raw) {
+                    Ok(Some(_)) => Error::new(
+                        ErrorKind::Unsupported,
+                        "an array of strings: the engine copies these in rechunks and writes, \
+                         but does not read or compute on them",
+                    ),
+                    _ => e,
+                },
+            )
+            .map_err(|e| e.with_store(&url))
     }
 
     fn from_metadata(

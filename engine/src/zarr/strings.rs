@@ -19,7 +19,7 @@ use zarrs::array::{
 };
 use zarrs::storage::store::MemoryStore;
 
-use super::attrs::{ArrayAttrs, JOB_ATTR, V2_DIMENSIONS};
+use super::attrs::{ArrayAttrs, FILL_ATTR, JOB_ATTR, V2_DIMENSIONS};
 use super::create::{Codec, Documents};
 use super::metadata;
 use crate::array::DType;
@@ -101,21 +101,6 @@ fn advance(index: &mut [u64], extent: &[u64]) -> bool {
     false
 }
 
-/// xarray writes numpy unicode arrays to Zarr v2 (`<U`n) with a null fill value, which
-/// zarrs refuses for that type: it is read as the empty string, as zarr-python reads it.
-fn null_unicode_fill_as_empty(m: &mut zarrs::array::ArrayMetadataV2) -> Result<()> {
-    let dtype = serde_json::to_value(&m.dtype).unwrap_or_default();
-    let unicode = dtype
-        .as_str()
-        .is_some_and(|d| d.len() > 2 && d[1..].starts_with('U'));
-    let null = serde_json::to_value(&m.fill_value).is_ok_and(|v| v.is_null());
-    if unicode && null {
-        m.fill_value = serde_json::from_value(json!(""))
-            .map_err(|e| Error::internal(format!("an empty fill value: {e}")))?;
-    }
-    Ok(())
-}
-
 impl StringArray {
     /// Opens the array at the root of `store` when it holds strings; `None` for any other
     /// data type (the engine's own arrays).
@@ -127,17 +112,18 @@ impl StringArray {
     /// [`StringArray::open`] with the metadata already read (`raw`: the array document).
     pub(super) fn from_metadata(
         store: Arc<dyn Store>,
-        mut metadata: ArrayMetadata,
+        metadata: ArrayMetadata,
         raw: Value,
     ) -> Result<Option<StringArray>> {
         let url = store.url().to_string();
-        if let ArrayMetadata::V2(m) = &mut metadata {
-            null_unicode_fill_as_empty(m).map_err(|e| e.with_store(&url))?;
-        }
-        let attrs = match &metadata {
+        // A v2 document's null fill value (read as the empty string: see metadata::parse).
+        let null_fill = matches!(metadata, ArrayMetadata::V2(_))
+            && raw.get("fill_value").is_none_or(Value::is_null);
+        let mut attrs = match &metadata {
             ArrayMetadata::V3(_) => ArrayAttrs::from_v3(&raw),
             ArrayMetadata::V2(m) => ArrayAttrs::from_v2(&m.attributes, None),
         };
+        attrs.null_v2_fill = null_fill;
         let meta = Array::new_with_metadata(Arc::new(MemoryStore::new()), "/", metadata)
             .map_err(|e| super::metadata_error(e).with_store(&url))?;
         let kind = match meta.data_type().fixed_size() {
@@ -297,9 +283,28 @@ impl StringArray {
         match spec.zarr_format {
             2 => {
                 let mut attributes: Map<String, Value> = attrs.attributes.clone();
-                if let Some(names) = &attrs.dimension_names {
-                    attributes.insert(V2_DIMENSIONS.to_string(), json!(names));
-                }
+                // xarray's arrays (those with dimension names) hold their _FillValue as the
+                // v2 fill value, null without one; any other keeps its own, null staying null.
+                let fill_value = match &attrs.dimension_names {
+                    Some(names) => {
+                        attributes.insert(V2_DIMENSIONS.to_string(), json!(names));
+                        match attributes.remove(FILL_ATTR) {
+                            Some(Value::String(f)) => json!(f),
+                            Some(other) => {
+                                attributes.insert(FILL_ATTR.to_string(), other);
+                                Value::Null
+                            }
+                            // Missing chunks read as the fill value: one other than "" stays.
+                            None if fill.is_empty() => Value::Null,
+                            None => json!(fill),
+                        }
+                    }
+                    None if attrs.null_v2_fill => Value::Null,
+                    None => match self.kind {
+                        Kind::Utf8 if fill.is_empty() => Value::Null,
+                        _ => json!(fill),
+                    },
+                };
                 if let Some(m) = marker {
                     attributes.insert(JOB_ATTR.to_string(), m.clone());
                 }
@@ -312,10 +317,7 @@ impl StringArray {
                         Kind::Utf32(width) => format!("<U{}", width / 4),
                     },
                     "compressor": spec.codec.v2(),
-                    "fill_value": match self.kind {
-                        Kind::Utf8 if fill.is_empty() => Value::Null,
-                        _ => json!(fill),
-                    },
+                    "fill_value": fill_value,
                     "order": "C",
                     "filters": match self.kind {
                         Kind::Utf8 => json!([{"id": "vlen-utf8"}]),

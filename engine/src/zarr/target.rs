@@ -466,6 +466,7 @@ mod tests {
                 .cloned()
                 .unwrap_or_default(),
             dimension_names: Some(vec![Some("time".into()), Some("lon".into())]),
+            null_v2_fill: false,
         }
     }
 
@@ -525,6 +526,7 @@ mod tests {
         let plain = ArrayAttrs {
             attributes: Default::default(),
             dimension_names: attrs().dimension_names,
+            null_v2_fill: false,
         };
         let arr = ZarrArray::create_with(store.clone(), &s, &plain, None).unwrap();
         let doc: Value = serde_json::from_slice(&store.get(".zarray").unwrap().unwrap()).unwrap();

@@ -405,6 +405,44 @@ fn a_data_type_zarrs_does_not_know_is_unsupported_not_corrupt() {
     let doc = br#"{"zarr_format":2,"shape":[6],"chunks":[2],"dtype":"<f4",
         "compressor":null,"fill_value":"x","order":"C","filters":null}"#;
     store.set(".zarray", doc.to_vec()).unwrap();
-    let e = ZarrArray::open(store).unwrap_err();
+    let e = ZarrArray::open(store.clone()).unwrap_err();
     assert_eq!(e.kind, crate::error::ErrorKind::Corrupt, "{e}");
+    // A numcodecs filter zarrs has no codec for.
+    let doc = br#"{"zarr_format":2,"shape":[6],"chunks":[2],"dtype":"<i8",
+        "compressor":null,"fill_value":0,"order":"C",
+        "filters":[{"id":"delta","dtype":"<i8"}]}"#;
+    store.set(".zarray", doc.to_vec()).unwrap();
+    let e = ZarrArray::open(store).unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("delta"), "{e}");
+}
+
+#[test]
+fn v2_complex_and_unicode_arrays_without_a_fill_value_open() {
+    // zarr-python writes `fill_value: null` for them; zarrs refuses null for these types.
+    let store = crate::store::memory::MemoryStore::named("complex-null-fill");
+    let doc = br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<c8",
+        "compressor":null,"fill_value":null,"order":"C","filters":null}"#;
+    store.set(".zarray", doc.to_vec()).unwrap();
+    let arr = ZarrArray::open(store.clone()).unwrap();
+    assert_eq!(arr.dtype(), DType::C64);
+    assert!(arr.fill_bytes().iter().all(|&b| b == 0));
+    // Every chunk is stored (no fill value to leave one out for), and v2 copies keep null.
+    assert!(arr.attrs().null_v2_fill);
+    let ones = Buffer::from_bytes(DType::C64, vec![0u8; 16]).unwrap();
+    assert!(arr.encode_chunk(&[0], &ones).unwrap().is_some());
+}
+
+#[test]
+fn opening_a_group_as_an_array_says_so_naming_the_store() {
+    for (key, doc) in [
+        (".zgroup", r#"{"zarr_format":2}"#),
+        ("zarr.json", r#"{"zarr_format":3,"node_type":"group"}"#),
+    ] {
+        let store = crate::store::memory::MemoryStore::named(&format!("a-group{key}"));
+        store.set(key, doc.as_bytes().to_vec()).unwrap();
+        let e = ZarrArray::open(store.clone()).unwrap_err().to_string();
+        assert!(e.contains("this is a Zarr group, not an array"), "{e}");
+        assert!(e.contains(store.url()), "{e}");
+    }
 }

@@ -192,7 +192,7 @@ def run(
             raise
         region = key_to_slices(coords, target)
         shape = tuple(s.stop - s.start for s in region)
-        out = np.broadcast_to(np.asarray(result, dtype=target.dtype), shape)
+        out = _fitted(np.asarray(result, dtype=target.dtype), shape)
         return np.ascontiguousarray(out).tobytes()
 
     progress = TaskProgress([(name, len(op.tasks))], callbacks)
@@ -216,3 +216,12 @@ def run(
     )
     progress.finish()
     return len(op.tasks)
+
+
+def _fitted(block: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`block` as the output chunk of `shape`: broadcast when smaller, its leading part when
+    larger along some axes, as Cubed's own executors store it through zarr (Cubed's float
+    `arange` gives a block one value too long where the step does not divide exactly)."""
+    if block.ndim == len(shape) and any(b > s for b, s in zip(block.shape, shape, strict=True)):
+        block = block[tuple(slice(0, s) for s in shape)]
+    return np.broadcast_to(block, shape)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkfuse.common.codecs import unsupported_filter
 from chunkfuse.common.decoding import apply_decoding, decoded_array_behind
 from chunkfuse.common.stored import wraps_stored_array
 from chunkfuse.common.symbols import Const, Full, NotNative
@@ -29,6 +30,9 @@ class ElementwiseSteps(Steps):
             url = zarr_array_url(arr)
             if url is None:
                 raise NotNative("a zarr array off local disk")
+            refused = unsupported_filter(arr, writing=False)
+            if refused is not None:
+                raise NotNative(refused)
             return Src(arr, url, steps)
         return value
 

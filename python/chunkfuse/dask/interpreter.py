@@ -49,6 +49,16 @@ OPERATORS: dict[Any, str] = {
 }
 
 
+#: numpy's and Python's bitwise NOT, which of booleans is `logical_not`.
+INVERTS = (np.invert, operator.invert)
+
+
+def _all_bool(args: list[Any]) -> bool:
+    return bool(args) and all(
+        isinstance(a, Blk) and np.dtype(a.full.dtype) == np.bool_ for a in args
+    )
+
+
 class Interpreter(ElementwiseSteps, SliceSteps, JoinSteps, FftSteps, StoreSteps, ReductionSteps):
     """Evaluates tasks on symbols, building IR in one `IrBuilder` shared by the whole graph."""
 
@@ -169,6 +179,9 @@ class Interpreter(ElementwiseSteps, SliceSteps, JoinSteps, FftSteps, StoreSteps,
         name = OPERATORS.get(func) if hashable else None
         if name is None and isinstance(func, np.ufunc):
             name = UFUNCS.get(func.__name__)
+        if name is None and hashable and func in INVERTS and _all_bool(args):
+            # `~mask` (xarray's notnull when it encodes a _FillValue): NOT of booleans.
+            name = "logical_not"
         if name is not None:
             if kwargs:
                 raise NotNative("elementwise with keywords")

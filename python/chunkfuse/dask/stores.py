@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from chunkfuse.common.codecs import unsupported_filter
 from chunkfuse.common.symbols import NotNative
 from chunkfuse.common.urls import zarr_array_url
 
@@ -35,6 +36,9 @@ class StoreSteps(Steps):
         url = zarr_array_url(out)
         if url is None:
             raise NotNative("store into an array off local disk")
+        refused = unsupported_filter(out, writing=True)
+        if refused is not None:
+            raise NotNative(f"store into {refused}")
         shape = tuple(out.shape)
         box = store_box(index, given.get("region"), shape)
         if [b - a for a, b in box] != [b - a for a, b in x.region]:

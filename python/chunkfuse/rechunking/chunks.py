@@ -4,8 +4,11 @@ every array having those dimensions), or, for a group, `{variable: sizes}` per a
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from chunkfuse.rechunking.sources import Variable
 
@@ -13,24 +16,50 @@ from chunkfuse.rechunking.sources import Variable
 Chunks = Sequence[int] | Mapping[Any, Any]
 
 
+def size(value: Any, what: str, where: str) -> int:
+    """`value` as a size: an integer, positive or -1 (the whole axis); else an error naming
+    `what` (chunks or shards) and `where` (the axis or dimension)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{what}: the size of {where} must be an integer (-1 for the whole axis), got {value!r}"
+        )
+    if value == 0 or value < -1:
+        raise ValueError(
+            f"{what}: the size of {where} must be positive (or -1 for the whole axis), got {value}"
+        )
+    return int(value)
+
+
+def per_axis(sizes: Any, what: str, var: Variable | None = None) -> list[int]:
+    """One size per axis, each checked."""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"{what}: give one size per axis (e.g. (256, 73, 144)), or sizes by axis or "
+            f"dimension name, not {sizes!r}"
+        )
+    return [size(s, what, f"axis {i}{_in(var)}") for i, s in enumerate(sizes)]
+
+
 def for_array(sizes: Chunks, var: Variable, what: str) -> list[int]:
     """Sizes for one array's axes; axes not given keep the array's chunks."""
     if not isinstance(sizes, Mapping):
-        return [int(c) for c in sizes]
+        return per_axis(sizes, what, var)
     out = list(var.chunks)
     rank = len(out)
-    for key, size in sizes.items():
+    for key, value in sizes.items():
         if isinstance(key, str):
             if key not in var.dims:
                 named = ", ".join(d for d in var.dims if d) or "none named"
                 raise ValueError(
                     f"{what}: {_of(var)}has no dimension {key!r} (its dimensions: {named})"
                 )
-            out[var.dims.index(key)] = int(size)
+            out[var.dims.index(key)] = size(value, what, f"dimension {key!r}{_in(var)}")
+        elif isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise TypeError(f"{what}: {key!r} is neither an axis nor a dimension name")
         elif not -rank <= int(key) < rank:
             raise ValueError(f"{what}: axis {key} is out of range for an array of rank {rank}")
         else:
-            out[int(key)] = int(size)
+            out[int(key)] = size(value, what, f"axis {key}{_in(var)}")
     return out
 
 
@@ -48,7 +77,10 @@ def for_group(
             "{dimension: size} (e.g. {'time': -1, 'latitude': 10}) or {variable: sizes}"
         )
     names = {v.name for v in variables}
-    per_variable = [isinstance(s, (Mapping, Sequence)) or s is None for s in sizes.values()]
+    per_variable = [
+        (isinstance(s, (Mapping, Sequence)) and not isinstance(s, (str, bytes))) or s is None
+        for s in sizes.values()
+    ]
     if sizes and all(per_variable):
         unknown = [k for k in sizes if k not in names]
         if unknown:
@@ -76,9 +108,13 @@ def shards_for(sizes: Chunks, chunks: Sequence[int], var: Variable, what: str) -
     """Shard sizes for one array: as given per axis, or by axis or dimension name with the
     axes not given as its target chunks (not sharded further)."""
     if not isinstance(sizes, Mapping):
-        return [int(s) for s in sizes]
+        return per_axis(sizes, what, var)
     return for_array(sizes, Variable(var.name, var.dims, tuple(chunks)), what)
 
 
 def _of(var: Variable) -> str:
     return f"{var.name!r} " if var.name else "the array "
+
+
+def _in(var: Variable | None) -> str:
+    return f" of {var.name!r}" if var is not None and var.name else ""

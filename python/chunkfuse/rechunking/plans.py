@@ -21,12 +21,16 @@ def array_plan(
     if isinstance(chunks, Mapping) or isinstance(shards, Mapping):
         named = any(isinstance(k, str) for k in (*_keys(chunks), *_keys(shards)))
         var = src.variable(named)
-    target = sizes.for_array(chunks, var, "chunks") if var else [int(c) for c in chunks]
+    target = sizes.for_array(chunks, var, "chunks") if var else sizes.per_axis(chunks, "chunks")
     plan: dict[str, Any] = {"name": "rechunk", "arrays": [], "ops": []}
     _add(plan, ("source", "rechunked", "target"), src.url, dst, target, write)
     if shards is not None:
-        whole = sizes.shards_for(shards, target, var, "shards") if var else list(shards)
-        plan["ops"][-1]["shards"] = [int(s) for s in whole]
+        whole = (
+            sizes.shards_for(shards, target, var, "shards")
+            if var
+            else sizes.per_axis(shards, "shards")
+        )
+        plan["ops"][-1]["shards"] = whole
     return plan
 
 

@@ -22,6 +22,12 @@ pub(crate) fn rechunk(
         src.id,
         src.shape.len()
     );
+    if let Some(bad) = chunks.iter().find(|&&c| c <= 0 && c != -1) {
+        return Err(crate::error::Error::plan(
+            format!("{field}.chunks"),
+            format!("chunk sizes must be positive (or -1 for the whole axis), got {bad}"),
+        ));
+    }
     let sizes: Vec<u64> = chunks
         .iter()
         .zip(&src.shape)

@@ -259,7 +259,7 @@ fn call(func: Func, args: &[(String, Work)], out: Work) -> Option<String> {
 /// Helpers the generated code calls: numpy's float and integer floor division and remainder
 /// (as [`crate::kernels::eval::ufunc`]), NaN-propagating maximum and minimum, saturating
 /// float-to-integer conversions.
-const PRELUDE: &str = r#"
+pub(super) const PRELUDE: &str = r#"
 typedef long long i64;
 typedef unsigned long long u64;
 #define CF_NAN __longlong_as_double(0x7ff8000000000000LL)

@@ -4,6 +4,7 @@
 
 pub mod codegen;
 mod failure;
+mod launch;
 mod runtime;
 mod staging;
 

@@ -10,8 +10,8 @@ use cudarc::nvrtc::CompileOptions;
 
 use super::codegen::{kernel_source, KERNEL_NAME};
 use super::failure::{cuda_error, guarded, panic_message};
+use super::launch::LaunchArgs;
 use super::staging::with_staging;
-use crate::array::grid::c_strides;
 use crate::array::{Buffer, DType};
 use crate::error::{Error, ErrorKind, Result};
 use crate::kernels::eval::program::Program;
@@ -242,39 +242,13 @@ impl GpuKernel {
                 "GPU kernel called with leaves or output it was not compiled for",
             ));
         }
-        let n: u64 = shape.iter().product();
+        let args = LaunchArgs::new(leaves, shape)?;
+        let n = args.n;
         if n == 0 {
             return Ok(());
         }
-        let out_strides = c_strides(shape);
-        let mut geom: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-        // Unless some leaf is laid out otherwise than the output, value `i` is element `i`.
-        let mut general = 0i32;
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(leaves.len() + 1);
-        for leaf in leaves {
-            let item = leaf.buf.dtype().size();
-            // The elements the region reaches: from its origin to its last value.
-            let last = leaf.offset
-                + shape
-                    .iter()
-                    .zip(&leaf.strides)
-                    .map(|(&s, &st)| (s as usize - 1) * st)
-                    .sum::<usize>();
-            let bytes = leaf
-                .buf
-                .bytes()
-                .get(leaf.offset * item..(last + 1) * item)
-                .ok_or_else(|| Error::internal("GPU leaf reaches past its buffer"))?;
-            let contiguous = leaf
-                .strides
-                .iter()
-                .zip(&out_strides)
-                .all(|(&a, &b)| a as u64 == b);
-            general |= i32::from(!contiguous);
-            geom.extend(leaf.strides.iter().map(|&s| s as i64));
-            parts.push(bytes);
-        }
-        parts.push(bytemuck::cast_slice(&geom));
+        let general = args.general;
+        let parts = args.uploads();
         let blocks = n.div_ceil(BLOCK_THREADS as u64).min(MAX_BLOCKS as u64) as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),

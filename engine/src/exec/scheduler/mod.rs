@@ -9,9 +9,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+mod shared;
+
+use self::shared::{Computing, Shared};
 use super::memory::{Budget, Reservation};
 use super::progress::Progress;
 use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
@@ -24,32 +27,6 @@ pub struct Scheduler {
     budget: Arc<Budget>,
     progress: Arc<Progress>,
     cancel: Arc<AtomicBool>,
-}
-
-struct Shared {
-    error: Mutex<Option<Error>>,
-    active: Mutex<usize>,
-    idle: Condvar,
-    stop: AtomicBool,
-    /// The tasks started (those ended drop out as their last reference goes), so Ctrl-C can
-    /// end the ones that only wait for reads.
-    started: Mutex<Vec<Weak<Mutex<Running>>>>,
-}
-
-impl Shared {
-    fn fail(&self, e: Error) {
-        if let Ok(mut slot) = self.error.lock() {
-            slot.get_or_insert(e);
-        }
-        self.stop.store(true, Ordering::SeqCst);
-    }
-
-    fn task_finished(&self) {
-        if let Ok(mut a) = self.active.lock() {
-            *a -= 1;
-        }
-        self.idle.notify_all();
-    }
 }
 
 struct Running {
@@ -83,6 +60,9 @@ struct Ctx {
     progress: Arc<Progress>,
     shared: Arc<Shared>,
     cancel: Arc<AtomicBool>,
+    /// The tasks started (those ended drop out as their last reference goes), so Ctrl-C can
+    /// end the ones that only wait for reads.
+    started: Mutex<Vec<Weak<Mutex<Running>>>>,
 }
 
 impl Scheduler {
@@ -136,21 +116,17 @@ impl Scheduler {
     ///
     /// Ctrl-C (the cancel flag) stops the stage within a fraction of a second: a watcher ends
     /// the tasks that only wait for reads (a server that accepted the connection and never
-    /// answers cannot hold the run), tasks computing finish their batch and stop, and writes
-    /// still in flight get [`WRITE_GRACE`] to land (each write is whole or absent).
+    /// answers cannot hold the run), tasks computing finish their batch and stop (the stage
+    /// returns only once none computes), and writes still in flight get [`WRITE_GRACE`] to
+    /// land (each write is whole or absent).
     pub fn run(&self, tasks: Vec<Task>) -> Result<()> {
-        let shared = Arc::new(Shared {
-            error: Mutex::new(None),
-            active: Mutex::new(0),
-            idle: Condvar::new(),
-            stop: AtomicBool::new(false),
-            started: Mutex::new(Vec::new()),
-        });
+        let shared = Arc::new(Shared::new());
         let ctx = Arc::new(Ctx {
             pool: self.pool.clone(),
             progress: self.progress.clone(),
             shared: shared.clone(),
             cancel: self.cancel.clone(),
+            started: Mutex::new(Vec::new()),
         });
         let (finished, finished_rx) = mpsc::channel::<()>();
         std::thread::scope(|scope| {
@@ -190,17 +166,18 @@ impl Scheduler {
             }
             start(ctx, task, reservation);
         }
-        // Wait for every started task, watching for Ctrl-C.
+        // Wait for every started task and every batch still computing (an ended task's
+        // included), watching for Ctrl-C.
         let mut active = shared
             .active
             .lock()
             .map_err(|_| Error::internal("scheduler lock poisoned"))?;
         let mut cancelled_at = None;
-        while *active > 0 {
+        while *active > 0 || shared.computing() > 0 {
             if self.cancel.load(Ordering::SeqCst) {
                 shared.fail(Error::cancelled());
                 let at = *cancelled_at.get_or_insert_with(Instant::now);
-                if at.elapsed() >= WRITE_GRACE {
+                if at.elapsed() >= WRITE_GRACE && shared.computing() == 0 {
                     // Writes to a store that does not answer are abandoned (never partial).
                     break;
                 }
@@ -235,7 +212,7 @@ fn watch_cancel(ctx: &Arc<Ctx>, finished: mpsc::Receiver<()>) {
         }
         if ctx.cancel.load(Ordering::SeqCst) {
             ctx.shared.fail(Error::cancelled());
-            let started: Vec<TaskRef> = match ctx.shared.started.lock() {
+            let started: Vec<TaskRef> = match ctx.started.lock() {
                 Ok(s) => s.iter().filter_map(Weak::upgrade).collect(),
                 Err(_) => Vec::new(),
             };
@@ -287,7 +264,7 @@ fn start(ctx: &Arc<Ctx>, task: Task, reservation: Reservation) {
         reservation: Some(reservation),
         ended: false,
     }));
-    if let Ok(mut started) = ctx.shared.started.lock() {
+    if let Ok(mut started) = ctx.started.lock() {
         // Ended tasks drop out now and then, so the list stays near the tasks in flight.
         if started.len() >= 64 && started.len().is_power_of_two() {
             started.retain(|w| w.strong_count() > 0);
@@ -466,7 +443,9 @@ fn try_process(ctx: &Arc<Ctx>, t: &TaskRef) {
     issue_read(ctx, t, i + 2);
     let ctx2 = ctx.clone();
     let t2 = t.clone();
+    let computing = Computing::start(&ctx.shared);
     ctx.pool.spawn(move || {
+        let _computing = computing;
         let result = {
             let mut tctx = TaskContext::new(&ctx2.progress, &mut reservation);
             processor.process(i, data, &mut tctx)
@@ -505,7 +484,9 @@ fn spawn_finish(ctx: &Arc<Ctx>, t: &TaskRef) {
     };
     let ctx2 = ctx.clone();
     let t2 = t.clone();
+    let computing = Computing::start(&ctx.shared);
     ctx.pool.spawn(move || {
+        let _computing = computing;
         if stopped(&ctx2) {
             end(&ctx2, &t2, None);
             return;
@@ -599,247 +580,4 @@ fn check_done(ctx: &Arc<Ctx>, t: &TaskRef) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::memory::MemoryStore;
-    use crate::store::ReadRequest;
-
-    struct Doubler {
-        store: Arc<dyn crate::store::Store>,
-        sum: u64,
-        key: String,
-    }
-
-    impl Processor for Doubler {
-        fn process(
-            &mut self,
-            _b: usize,
-            data: Vec<Option<crate::store::Value>>,
-            _c: &mut TaskContext,
-        ) -> Result<Vec<WriteOp>> {
-            self.sum += data.iter().flatten().map(|v| v[0] as u64).sum::<u64>();
-            Ok(vec![])
-        }
-        fn finish(self: Box<Self>, _c: &mut TaskContext) -> Result<Vec<WriteOp>> {
-            Ok(vec![WriteOp::whole(
-                self.store.clone(),
-                self.key.clone(),
-                Some(vec![(self.sum * 2) as u8]),
-            )])
-        }
-    }
-
-    #[test]
-    fn tasks_read_process_and_write_in_batches() {
-        let store = MemoryStore::named("scheduler-test");
-        for i in 0..6u8 {
-            store.set(&format!("in/{i}"), vec![i]).unwrap();
-        }
-        let budget = Budget::new(1000);
-        let progress = Arc::new(Progress::new(false));
-        let s = Scheduler::new(
-            2,
-            budget.clone(),
-            progress,
-            Arc::new(AtomicBool::new(false)),
-        )
-        .unwrap();
-        let tasks = (0..2)
-            .map(|t| Task {
-                label: format!("task {t}"),
-                memory: 400,
-                batches: (0..3)
-                    .map(|b| {
-                        vec![ReadOp {
-                            store: store.clone(),
-                            req: ReadRequest::whole(format!("in/{}", t * 3 + b)),
-                        }]
-                    })
-                    .collect(),
-                outputs: Vec::new(),
-                part: 0,
-                processor: Box::new(Doubler {
-                    store: store.clone(),
-                    sum: 0,
-                    key: format!("out/{t}"),
-                }),
-            })
-            .collect();
-        s.run(tasks).unwrap();
-        assert_eq!(store.get("out/0").unwrap(), Some(vec![6]));
-        assert_eq!(store.get("out/1").unwrap(), Some(vec![24]));
-        assert_eq!(budget.used(), 0);
-    }
-
-    /// A store whose reads of keys under `bad/` fail, and whose other reads are held and
-    /// never answered (a stalled server) or, unless `stall`, answered with `[1]`.
-    struct Scripted {
-        stall: bool,
-        held: Mutex<Vec<crate::store::ReadCallback>>,
-    }
-
-    impl Scripted {
-        fn new(stall: bool) -> Arc<Scripted> {
-            Arc::new(Scripted {
-                stall,
-                held: Mutex::new(Vec::new()),
-            })
-        }
-    }
-
-    impl crate::store::Store for Scripted {
-        fn url(&self) -> &str {
-            "scripted://"
-        }
-        fn read_batch(&self, reqs: Vec<ReadRequest>, done: crate::store::ReadCallback) {
-            if reqs.iter().any(|r| r.key.starts_with("bad/")) {
-                done(Err(Error::new(
-                    crate::error::ErrorKind::Store,
-                    "read refused",
-                )));
-            } else if self.stall {
-                self.held.lock().unwrap().push(done);
-            } else {
-                done(Ok(reqs
-                    .iter()
-                    .map(|_| Some(crate::store::Value::Owned(vec![1])))
-                    .collect()));
-            }
-        }
-        fn write_async(&self, _k: String, _v: Vec<u8>, done: crate::store::WriteCallback) {
-            done(Ok(()))
-        }
-        fn erase(&self, _key: &str) -> Result<()> {
-            Ok(())
-        }
-        fn erase_prefix(&self, _prefix: &str) -> Result<()> {
-            Ok(())
-        }
-        fn list_prefix(&self, _prefix: &str) -> Result<Vec<String>> {
-            Ok(Vec::new())
-        }
-        fn size_of(&self, _key: &str) -> Result<Option<u64>> {
-            Ok(None)
-        }
-        fn supports_partial_reads(&self) -> bool {
-            true
-        }
-    }
-
-    #[test]
-    fn cancel_ends_a_stage_whose_reads_never_answer() {
-        let stalled = Scripted::new(true);
-        let out = MemoryStore::named("scheduler-stalled");
-        let budget = Budget::new(1000);
-        let cancel = Arc::new(AtomicBool::new(false));
-        let s = Scheduler::new(
-            2,
-            budget.clone(),
-            Arc::new(Progress::new(false)),
-            cancel.clone(),
-        )
-        .unwrap();
-        // More tasks than fit the budget at once: the dispatcher waits for memory too.
-        let tasks = (0..8)
-            .map(|t| Task {
-                label: format!("task {t}"),
-                memory: 300,
-                batches: vec![vec![ReadOp {
-                    store: stalled.clone(),
-                    req: ReadRequest::whole(format!("in/{t}")),
-                }]],
-                outputs: Vec::new(),
-                part: 0,
-                processor: Box::new(Doubler {
-                    store: out.clone(),
-                    sum: 0,
-                    key: format!("out/{t}"),
-                }),
-            })
-            .collect();
-        let raiser = {
-            let cancel = cancel.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(150));
-                cancel.store(true, Ordering::SeqCst);
-            })
-        };
-        let started = Instant::now();
-        let e = s.run(tasks).unwrap_err();
-        raiser.join().unwrap();
-        assert_eq!(e.kind, crate::error::ErrorKind::Cancelled, "{e}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
-        assert_eq!(budget.used(), 0);
-        assert!(!stalled.held.lock().unwrap().is_empty());
-        assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
-        // Answers that come after the stage ended go nowhere.
-        for done in stalled.held.lock().unwrap().drain(..) {
-            done(Ok(vec![Some(crate::store::Value::Owned(vec![1]))]));
-        }
-        assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
-    }
-
-    /// Takes a while over each batch and writes one value per batch.
-    struct SlowWriter {
-        store: Arc<dyn crate::store::Store>,
-    }
-
-    impl Processor for SlowWriter {
-        fn process(
-            &mut self,
-            b: usize,
-            _data: Vec<Option<crate::store::Value>>,
-            _c: &mut TaskContext,
-        ) -> Result<Vec<WriteOp>> {
-            std::thread::sleep(Duration::from_millis(200));
-            Ok(vec![WriteOp::whole(
-                self.store.clone(),
-                format!("out/{b}"),
-                Some(vec![1]),
-            )])
-        }
-        fn finish(self: Box<Self>, _c: &mut TaskContext) -> Result<Vec<WriteOp>> {
-            Ok(vec![])
-        }
-    }
-
-    #[test]
-    fn a_task_that_fails_while_a_batch_runs_writes_nothing_after_the_stage_ends() {
-        // Batch 0 is computing when batch 1's read fails: the task ends and the stage
-        // returns the error. The batch's write used to be issued after that, outliving
-        // the stage (a process exiting on the error cut it short, leaving a temporary).
-        let out = MemoryStore::named("scheduler-failed-mid-batch");
-        let reads: Arc<dyn crate::store::Store> = Scripted::new(false);
-        let s = Scheduler::new(
-            2,
-            Budget::new(1000),
-            Arc::new(Progress::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        )
-        .unwrap();
-        let task = Task {
-            label: "task".into(),
-            memory: 100,
-            batches: ["in/0", "bad/1"]
-                .iter()
-                .map(|k| {
-                    vec![ReadOp {
-                        store: reads.clone(),
-                        req: ReadRequest::whole(k.to_string()),
-                    }]
-                })
-                .collect(),
-            outputs: Vec::new(),
-            part: 0,
-            processor: Box::new(SlowWriter { store: out.clone() }),
-        };
-        let e = s.run(vec![task]).unwrap_err();
-        assert!(e.to_string().contains("read refused"), "{e}");
-        std::thread::sleep(Duration::from_millis(400));
-        assert_eq!(out.list_prefix("out/").unwrap(), Vec::<String>::new());
-    }
-}
+mod tests;

@@ -2,7 +2,10 @@
 //! edge values (NaN, infinities, signed zeros, integer extremes) and leaves laid out as the
 //! output, broadcast, and as windows of larger buffers. Needs a CUDA device; without one the
 //! test says so and passes, unless `CHUNKFUSE_REQUIRE_GPU=1` (set it on a GPU machine so a
-//! missing device fails).
+//! missing device fails). The same programs are compiled for the host by a C compiler and
+//! checked on every machine ([`host`]).
+
+mod host;
 
 use super::gpu;
 use crate::array::dtype::{Operand, ALL_DTYPES};
@@ -273,6 +276,91 @@ fn same(dtype: DType, a: &Buffer, b: &Buffer, tolerant: bool) -> Result<(), Stri
     Ok(())
 }
 
+/// One random program with its leaves' dtypes, region and values.
+struct Case {
+    prog: Program,
+    leaf_dtypes: Vec<DType>,
+    shape: Vec<u64>,
+    leaves: Vec<(Buffer, usize, Vec<usize>)>,
+}
+
+impl Case {
+    fn inputs(&self) -> Vec<LeafInput<'_>> {
+        self.leaves
+            .iter()
+            .map(|(buf, offset, strides)| LeafInput {
+                buf,
+                offset: *offset,
+                strides: strides.clone(),
+            })
+            .collect()
+    }
+
+    fn len(&self) -> usize {
+        self.shape.iter().product::<u64>() as usize
+    }
+
+    /// The CPU evaluator's values; `None` for programs it refuses (integers to negative
+    /// powers), which have no reference.
+    fn reference(&self) -> Option<Buffer> {
+        let mut cpu = Buffer::zeros(self.prog.dtype(), self.len());
+        eval_into(&self.prog, &self.inputs(), &self.shape, &mut cpu).ok()?;
+        Some(cpu)
+    }
+
+    /// Whether the program calls a function whose float results may differ in the last
+    /// units.
+    fn tolerant(&self) -> bool {
+        self.prog
+            .insts
+            .iter()
+            .any(|i| matches!(i, Inst::Call { func, .. } if inexact(*func)))
+    }
+
+    /// `out` against the CPU evaluator's `cpu`, or what differs.
+    fn check(&self, k: usize, cpu: &Buffer, out: &Buffer) -> Result<(), String> {
+        same(self.prog.dtype(), cpu, out, self.tolerant()).map_err(|e| {
+            format!(
+                "case {k}: {e}\nleaves {:?}\nprogram {:#?}",
+                self.leaf_dtypes, self.prog
+            )
+        })
+    }
+}
+
+/// `count` random programs over one to three leaves of random dtypes, on regions of two
+/// shapes; the same ones every time.
+fn cases(count: usize) -> Vec<Case> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let dtypes = real_dtypes();
+    (0..count)
+        .map(|k| {
+            let leaf_dtypes: Vec<DType> = (0..1 + rng.below(3))
+                .map(|_| dtypes[rng.below(dtypes.len())])
+                .collect();
+            let mut b = Builder {
+                prog: Program::default(),
+                leaves: &leaf_dtypes,
+                rng: &mut rng,
+            };
+            b.expr(4);
+            let prog = b.prog;
+            let shape: Vec<u64> = if k % 4 == 0 {
+                vec![5, 130, 67]
+            } else {
+                vec![3, 4, 5]
+            };
+            let leaves = layouts(&shape, &leaf_dtypes, &mut rng);
+            Case {
+                prog,
+                leaf_dtypes,
+                shape,
+                leaves,
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn random_programs_match_the_cpu_evaluator() {
     let gpu = match gpu() {
@@ -283,54 +371,24 @@ fn random_programs_match_the_cpu_evaluator() {
         }
         Err(e) => panic!("CHUNKFUSE_REQUIRE_GPU is set: {e}"),
     };
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let dtypes = real_dtypes();
     let (mut ran, mut cpu_only) = (0, 0);
-    for case in 0..400 {
-        let leaf_dtypes: Vec<DType> = (0..1 + rng.below(3))
-            .map(|_| dtypes[rng.below(dtypes.len())])
-            .collect();
-        let mut b = Builder {
-            prog: Program::default(),
-            leaves: &leaf_dtypes,
-            rng: &mut rng,
-        };
-        b.expr(4);
-        let prog = b.prog;
-        let shape: Vec<u64> = if case % 4 == 0 {
-            vec![5, 130, 67]
-        } else {
-            vec![3, 4, 5]
-        };
-        let leaves_data = layouts(&shape, &leaf_dtypes, &mut rng);
-        let leaves: Vec<LeafInput> = leaves_data
-            .iter()
-            .map(|(buf, offset, strides)| LeafInput {
-                buf,
-                offset: *offset,
-                strides: strides.clone(),
-            })
-            .collect();
-        let n = shape.iter().product::<u64>() as usize;
-        let dtype = prog.dtype();
-        let mut cpu = Buffer::zeros(dtype, n);
-        if let Err(e) = eval_into(&prog, &leaves, &shape, &mut cpu) {
-            // Programs the CPU refuses (integers to negative powers) have no reference.
-            eprintln!("case {case}: the CPU refuses it: {e}");
+    for (k, case) in cases(400).iter().enumerate() {
+        let Some(cpu) = case.reference() else {
             continue;
-        }
-        let Some(kernel) = gpu.compile(&prog, &leaf_dtypes, shape.len()).unwrap() else {
+        };
+        let Some(kernel) = gpu
+            .compile(&case.prog, &case.leaf_dtypes, case.shape.len())
+            .unwrap()
+        else {
             cpu_only += 1;
             continue;
         };
-        let mut out = Buffer::zeros(dtype, n);
-        kernel.eval_into(&leaves, &shape, &mut out).unwrap();
-        let tolerant = prog
-            .insts
-            .iter()
-            .any(|i| matches!(i, Inst::Call { func, .. } if inexact(*func)));
-        if let Err(e) = same(dtype, &cpu, &out, tolerant) {
-            panic!("case {case}: {e}\nleaves {leaf_dtypes:?}\nprogram {prog:#?}");
+        let mut out = Buffer::zeros(case.prog.dtype(), case.len());
+        kernel
+            .eval_into(&case.inputs(), &case.shape, &mut out)
+            .unwrap();
+        if let Err(e) = case.check(k, &cpu, &out) {
+            panic!("{e}");
         }
         ran += 1;
     }
