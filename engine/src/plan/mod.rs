@@ -13,6 +13,7 @@ pub mod wire;
 
 pub use expr::{Expr, Func, Scalar};
 pub use params::substitute;
+pub use typing::rechunk::chunk_sizes;
 
 use crate::array::DType;
 use crate::zarr::{ArrayAttrs, Codec};

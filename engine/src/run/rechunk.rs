@@ -192,8 +192,8 @@ pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Pl
 pub fn array_chunks(url: &str, sizes: &RechunkChunks, flag: &str) -> Result<Vec<u64>> {
     let arr = Layout::open(url)?;
     let wanted = by_name(&arr, sizes, &arr.chunks, flag)?.unwrap_or_else(|| arr.chunks.clone());
-    if wanted.len() != arr.shape.len() {
-        return Err(Error::plan(
+    crate::plan::chunk_sizes(&wanted, &arr.shape).ok_or_else(|| {
+        Error::plan(
             flag,
             format!(
                 "{} sizes for an array of rank {} (shape {:?})",
@@ -202,13 +202,8 @@ pub fn array_chunks(url: &str, sizes: &RechunkChunks, flag: &str) -> Result<Vec<
                 arr.shape
             ),
         )
-        .with_store(url));
-    }
-    Ok(wanted
-        .iter()
-        .zip(&arr.shape)
-        .map(|(&c, &n)| if c == -1 { n.max(1) } else { c as u64 })
-        .collect())
+        .with_store(url)
+    })
 }
 
 /// What a rechunk plan takes from a source array: its URL, shape, dimension names and

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::Progress;
-use crate::plan::{GroupDecl, Op, Plan};
+use crate::plan::{chunk_sizes, GroupDecl, Op, Plan};
 use crate::store::open_store;
 use crate::zarr::attrs::job_marker;
 use crate::zarr::strings::{StringArray, StringTarget};
@@ -23,23 +23,6 @@ pub(super) struct StringCopy {
     overwrite: bool,
     /// The write op's JSON path.
     field: String,
-}
-
-/// The chunks a `rechunk` op asks for (-1: the whole axis), for an array of `shape`; `None`
-/// when they do not fit it (the typed plan's checks then name the op).
-fn resolve(chunks: &[i64], shape: &[u64]) -> Option<Vec<u64>> {
-    if chunks.len() != shape.len() {
-        return None;
-    }
-    chunks
-        .iter()
-        .zip(shape)
-        .map(|(&c, &s)| match c {
-            -1 => Some(s.max(1)),
-            c if c > 0 => Some(c as u64),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Splits `plan` into the plan the engine types and runs, and the rechunks of arrays of
@@ -89,7 +72,7 @@ pub(super) fn split(plan: &Plan, io_threads: usize) -> Result<(Plan, Vec<StringC
         };
         let mut target_chunks = match chunks {
             None => array.chunks().to_vec(),
-            Some(c) => match resolve(c, array.shape()) {
+            Some(c) => match chunk_sizes(c, array.shape()) {
                 Some(c) => c,
                 None => continue,
             },
@@ -237,15 +220,6 @@ fn with_array(e: Error, c: &StringCopy) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rechunk_sizes_resolve_against_the_shape() {
-        assert_eq!(resolve(&[-1, 5], &[48, 12]), Some(vec![48, 5]));
-        assert_eq!(resolve(&[-1], &[0]), Some(vec![1]));
-        assert_eq!(resolve(&[0], &[4]), None);
-        assert_eq!(resolve(&[-2], &[4]), None);
-        assert_eq!(resolve(&[4], &[4, 4]), None);
-    }
 
     /// A Zarr v3 array of strings at `dir`, one chunk of `chunk` strings, holding
     /// `values` (vlen-utf8 bytes written by hand, after the codec's specification).

@@ -4,6 +4,17 @@ use super::*;
 use crate::store::memory::MemoryStore;
 use crate::store::ReadRequest;
 
+/// A scheduler of two compute threads under `budget`, cancelled by `cancel`.
+fn two_threads(budget: &Arc<Budget>, cancel: &Arc<AtomicBool>) -> Scheduler {
+    Scheduler::new(
+        2,
+        budget.clone(),
+        Arc::new(Progress::new(false)),
+        cancel.clone(),
+    )
+    .unwrap()
+}
+
 struct Doubler {
     store: Arc<dyn crate::store::Store>,
     sum: u64,
@@ -36,14 +47,7 @@ fn tasks_read_process_and_write_in_batches() {
         store.set(&format!("in/{i}"), vec![i]).unwrap();
     }
     let budget = Budget::new(1000);
-    let progress = Arc::new(Progress::new(false));
-    let s = Scheduler::new(
-        2,
-        budget.clone(),
-        progress,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .unwrap();
+    let s = two_threads(&budget, &Arc::new(AtomicBool::new(false)));
     let tasks = (0..2)
         .map(|t| Task {
             label: format!("task {t}"),
@@ -132,13 +136,7 @@ fn cancel_ends_a_stage_whose_reads_never_answer() {
     let out = MemoryStore::named("scheduler-stalled");
     let budget = Budget::new(1000);
     let cancel = Arc::new(AtomicBool::new(false));
-    let s = Scheduler::new(
-        2,
-        budget.clone(),
-        Arc::new(Progress::new(false)),
-        cancel.clone(),
-    )
-    .unwrap();
+    let s = two_threads(&budget, &cancel);
     // More tasks than fit the budget at once: the dispatcher waits for memory too.
     let tasks = (0..8)
         .map(|t| Task {
@@ -214,13 +212,7 @@ fn a_task_that_fails_while_a_batch_runs_writes_nothing_after_the_stage_ends() {
     // the stage (a process exiting on the error cut it short, leaving a temporary).
     let out = MemoryStore::named("scheduler-failed-mid-batch");
     let reads: Arc<dyn crate::store::Store> = Scripted::new(false);
-    let s = Scheduler::new(
-        2,
-        Budget::new(1000),
-        Arc::new(Progress::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    )
-    .unwrap();
+    let s = two_threads(&Budget::new(1000), &Arc::new(AtomicBool::new(false)));
     let task = Task {
         label: "task".into(),
         memory: 100,
@@ -270,13 +262,7 @@ fn a_cancelled_stage_returns_only_once_no_batch_computes() {
     // returned after the grace for writes while the function still ran, and the
     // interpreter, finalizing on the KeyboardInterrupt, aborted when it returned.
     let cancel = Arc::new(AtomicBool::new(false));
-    let s = Scheduler::new(
-        2,
-        Budget::new(1000),
-        Arc::new(Progress::new(false)),
-        cancel.clone(),
-    )
-    .unwrap();
+    let s = two_threads(&Budget::new(1000), &cancel);
     let reads: Arc<dyn crate::store::Store> = Scripted::new(false);
     let done = Arc::new(AtomicBool::new(false));
     let task = Task {

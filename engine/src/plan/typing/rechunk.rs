@@ -22,17 +22,16 @@ pub(crate) fn rechunk(
         src.id,
         src.shape.len()
     );
-    if let Some(bad) = chunks.iter().find(|&&c| c <= 0 && c != -1) {
-        return Err(crate::error::Error::plan(
+    let sizes = chunk_sizes(chunks, &src.shape).ok_or_else(|| {
+        let bad = chunks.iter().find(|&&c| c <= 0 && c != -1).copied();
+        crate::error::Error::plan(
             format!("{field}.chunks"),
-            format!("chunk sizes must be positive (or -1 for the whole axis), got {bad}"),
-        ));
-    }
-    let sizes: Vec<u64> = chunks
-        .iter()
-        .zip(&src.shape)
-        .map(|(&c, &n)| if c == -1 { n.max(1) } else { c as u64 })
-        .collect();
+            format!(
+                "chunk sizes must be positive (or -1 for the whole axis), got {}",
+                bad.unwrap_or_default()
+            ),
+        )
+    })?;
     Ok(Node {
         id,
         field: field.clone(),
@@ -42,4 +41,35 @@ pub(crate) fn rechunk(
             .map_err(|e| e.with_field(format!("{field}.chunks")))?,
         kind: NodeKind::Rechunk { input },
     })
+}
+
+/// The chunk shape `chunks` (one size per axis, -1 for the whole axis) gives an array of
+/// `shape`; `None` when the rank differs or a size is neither positive nor -1.
+pub fn chunk_sizes(chunks: &[i64], shape: &[u64]) -> Option<Vec<u64>> {
+    if chunks.len() != shape.len() {
+        return None;
+    }
+    chunks
+        .iter()
+        .zip(shape)
+        .map(|(&c, &s)| match c {
+            -1 => Some(s.max(1)),
+            c if c > 0 => Some(c as u64),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rechunk_sizes_resolve_against_the_shape() {
+        assert_eq!(chunk_sizes(&[-1, 5], &[48, 12]), Some(vec![48, 5]));
+        assert_eq!(chunk_sizes(&[-1], &[0]), Some(vec![1]));
+        assert_eq!(chunk_sizes(&[0], &[4]), None);
+        assert_eq!(chunk_sizes(&[-2], &[4]), None);
+        assert_eq!(chunk_sizes(&[4], &[4, 4]), None);
+    }
 }
