@@ -261,6 +261,15 @@ def test_budget_the_machine_cannot_hold_is_refused(tmp_path: Path) -> None:
         (x + 1).compute(executor=RustExecutor())
 
 
+def test_a_work_dir_that_is_a_file_is_refused_naming_it(tmp_path: Path) -> None:
+    afile = tmp_path / "work"
+    afile.write_text("not a directory")
+    x = xp.ones((4, 4), chunks=2, spec=cubed.Spec(work_dir=str(afile), allowed_mem="100MB"))
+    with pytest.raises(NotADirectoryError, match="work_dir .*work' is a file"):
+        (x + 1).compute(executor=RustExecutor())
+    assert afile.read_text() == "not a directory"
+
+
 def test_unknown_device_is_refused(spec: Any) -> None:
     x = xp.ones((4, 4), chunks=2, spec=spec)
     with pytest.raises(ValueError, match="device"):
@@ -403,7 +412,7 @@ def test_plan_falls_back_to_python_when_engine_tasks_do_not_fit(tmp_path: Path) 
     # Just what Cubed's own tasks need (1.6 KB), less than the engine's write of -x.
     small = cubed.Spec(work_dir=str(tmp_path / "work"), allowed_mem=1600, reserved_mem=0)
     x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (8, 6)), spec=small)
-    with pytest.raises(MemoryError, match=r"needs .* tasks is 56 B \(of --max-mem 64 B\)"):
+    with pytest.raises(MemoryError, match=r"needs .* tasks is 56 B \(of the memory budget 64 B\)"):
         xp.mean((x + 1) * 2, axis=0).compute(executor=RustExecutor(max_mem=64))
     executor = RustExecutor(max_workers=1)
     got = xp.negative(x).compute(executor=executor)

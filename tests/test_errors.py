@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import chunkfuse
 import numpy as np
 import pytest
 from conftest import (
@@ -409,7 +410,7 @@ def invalid_plans(
                     },
                 ],
             },
-            ["ops[1].shards"],
+            ["ops[1].shards", 'shard size 6 of "y"'],
         ),
         "missing-field": (
             {
@@ -500,6 +501,7 @@ def test_missing_plan_file(cli: Cli, tmp_path: Path) -> None:
     [
         ["--param", "no-equals-sign"],
         ["--max-mem", "lots"],
+        ["--max-mem", "99999999999999999999"],
         ["--threads", "zero"],
         ["--no-such-flag"],
     ],
@@ -510,6 +512,27 @@ def test_bad_arguments(cli: Cli, tmp_path: Path, args: list[str]) -> None:
     plan = cli.write_plan(add_one_plan(src, target))
     result = cli("run", plan, *args, "--json", expect_rc=2)
     assert result.stderr.strip(), "no message on stderr"
+    assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    ("max_mem", "error", "message"),
+    [
+        ("lots", ValueError, "max_mem: invalid size"),
+        ("99999999999999999999", ValueError, "too large"),
+        (2**64, ValueError, "too large"),
+        (0, ValueError, "at least one byte"),
+        (True, TypeError, "number of bytes"),
+        (1.5e9, TypeError, "number of bytes"),
+    ],
+)
+def test_bad_memory_budgets_in_python_name_the_argument(
+    tmp_path: Path, max_mem: object, error: type[Exception], message: str
+) -> None:
+    src, _ = make_source(tmp_path, "v3")
+    target = tmp_path / "out.zarr"
+    with pytest.raises(error, match=message):
+        chunkfuse.rechunk(src, target, (4, 4, 2), max_mem=max_mem)  # type: ignore[arg-type]
     assert not target.exists()
 
 

@@ -439,7 +439,7 @@ def test_a_budget_too_small_for_one_task_is_refused(
     assert result.returncode != 0
     assert re.search(
         r"sum of y: output chunk \[0, 0\], group 0 needs [\d.]+ MiB but the budget for tasks "
-        r"is [\d.]+ MiB \(of --max-mem 3.8 MiB\)",
+        r"is [\d.]+ MiB \(of the memory budget 3.8 MiB\)",
         result.stderr,
     ), result.describe()
     assert not target.exists()

@@ -22,6 +22,8 @@ def budget_bytes(value: int | str | None, name: str = "max_mem") -> int | None:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if value < 1:
             raise ValueError(f"{name} must be at least one byte, got {value}")
+        if value >= 2**63:
+            raise ValueError(f"{name} is too large: sizes go up to 8 EiB, got {value}")
         return int(value)
     raise TypeError(
         f"{name} must be a number of bytes or text such as '1GB' or '512MiB', "

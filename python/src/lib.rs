@@ -105,10 +105,11 @@ fn device_info(py: Python<'_>, device: &str) -> PyResult<String> {
     .map_err(to_py)
 }
 
-/// Bytes in a size such as `"2GB"`, `"512MiB"` or `"1000"`.
+/// Bytes in a size such as `"2GB"`, `"512MiB"` or `"1000"`; a bad size is a ValueError
+/// saying what is wrong with it (the caller names the argument).
 #[pyfunction]
 fn parse_bytes(text: &str) -> PyResult<u64> {
-    chunkfuse_engine::exec::memory::parse_bytes(text).map_err(to_py)
+    chunkfuse_engine::exec::memory::parse_bytes(text).map_err(|e| PyValueError::new_err(e.message))
 }
 
 /// The metadata summary of the array at `url` (shape, dtype, chunks, shards, codecs, ...),

@@ -73,7 +73,7 @@ impl Budget {
             return Err(Error::new(
                 ErrorKind::Memory,
                 format!(
-                    "{who} needs {} but the budget is {}; raise --max-mem or use smaller chunks",
+                    "{who} needs {} but the budget is {}; raise the memory budget (--max-mem, max_mem=) or use smaller chunks",
                     human_bytes(bytes),
                     human_bytes(self.limit)
                 ),
@@ -220,6 +220,12 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         }
     };
     let bytes = value * mult;
+    if !(bytes < 2f64.powi(63)) {
+        return Err(Error::new(
+            ErrorKind::Plan,
+            format!("size \"{text}\" is too large: sizes go up to 8 EiB"),
+        ));
+    }
     if bytes < 1.0 {
         return Err(Error::new(
             ErrorKind::Plan,
@@ -344,6 +350,9 @@ mod tests {
         assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
         assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
         assert!(parse_bytes("lots").is_err());
+        let huge = parse_bytes("99999999999999999999").unwrap_err();
+        assert!(huge.to_string().contains("too large"), "{huge}");
+        assert!(parse_bytes("8TiB").is_ok());
     }
 
     #[test]

@@ -26,10 +26,8 @@ fn check_window(shape: &[u64], start: &[u64], size: &[u64], what: &str) -> Resul
             return Err(Error::plan(
                 what,
                 format!(
-                    "axis {d}: {}..{} is outside the array's extent {}",
-                    start[d],
-                    start[d].saturating_add(size[d]),
-                    shape[d]
+                    "axis {d}: {} elements from {} go past the array's extent {}",
+                    size[d], start[d], shape[d]
                 ),
             ));
         }

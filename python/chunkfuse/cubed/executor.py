@@ -142,6 +142,8 @@ class RustExecutor(DagExecutor):
 
 def _local_dir(work_dir: Any) -> str | None:
     if isinstance(work_dir, str) and "://" not in work_dir:
+        if os.path.exists(work_dir) and not os.path.isdir(work_dir):
+            raise NotADirectoryError(f"the Spec's work_dir {work_dir!r} is a file, not a directory")
         os.makedirs(work_dir, exist_ok=True)
         return work_dir
     return None

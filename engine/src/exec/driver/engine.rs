@@ -169,8 +169,8 @@ impl Engine {
         let error = Error::new(
             crate::error::ErrorKind::Memory,
             format!(
-                "{} needs {}{} but the budget for tasks is {} (of --max-mem {}); raise \
-                 --max-mem or use smaller chunks",
+                "{} needs {}{} but the budget for tasks is {} (of the memory budget {}); \
+                 raise the memory budget (--max-mem, max_mem=) or use smaller chunks",
                 t.label,
                 crate::exec::memory::human_bytes(need),
                 match held {

@@ -112,7 +112,8 @@ pub(crate) fn write(
                 plan_ensure!(
                     sh % c == 0,
                     format!("{field}.shards[{d}]"),
-                    "shard size {sh} is not a multiple of the chunk size {c}"
+                    "shard size {sh} of \"{}\" is not a multiple of the chunk size {c}",
+                    src.id
                 );
             }
             s
