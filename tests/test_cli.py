@@ -106,6 +106,22 @@ def test_info_v2(cli: Cli, tmp_path: Path) -> None:
     assert info["fill_value"] == -1
 
 
+def test_info_of_a_group_describes_each_array(cli: Cli, tmp_path: Path) -> None:
+    t2m = smooth((6, 5, 4), "float32")
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), t2m), "expver": (("time",), np.array(["1"] * 6))}
+    )
+    ds.to_zarr(tmp_path / "ds.zarr", zarr_format=2, encoding={"t2m": {"chunks": (2, 5, 4)}})
+    group = cli("info", tmp_path / "ds.zarr", "--json").json()
+    assert group["zarr_format"] == 2
+    arrays = {a["name"]: a for a in group["arrays"]}
+    assert set(arrays) == {"t2m", "expver"}, arrays
+    assert list(arrays["t2m"]["info"]["chunks"]) == [2, 5, 4]
+    assert arrays["expver"]["info"] is None and "strings" in arrays["expver"]["note"]
+    text = cli("info", tmp_path / "ds.zarr").stdout
+    assert "a Zarr v2 group of 2 array(s)" in text and "t2m" in text, text
+
+
 RECHUNK_CASES: list[tuple[list[str], dict[str, Any]]] = [
     ([], {"codec": "zstd", "level": 3}),
     (["--codec", "zstd:1"], {"codec": "zstd", "level": 1}),

@@ -277,3 +277,38 @@ def test_cuda_keeps_peak_memory_under_the_budget(tmp_path: Path) -> None:
     assert summary["peak_rss"] <= before + budget, (summary["peak_rss"], before)
     got = chunkfuse.read(str(tmp_path / "out.zarr"), (slice(steps - 1, steps),))
     np.testing.assert_array_equal(got[0], (block + (steps - 1)) * 2 + 1)
+
+
+def test_explain_says_where_each_stage_runs_on_a_gpu_and_why(tmp_path: Path) -> None:
+    """Planning for a GPU needs none: asked for `cuda`, explain places each stage as a run on
+    a GPU would (on this machine's GPU, or on none, saying so), each stage that stays on the
+    CPU with the reason; a CPU run's stages say nothing of devices."""
+    x = _write_array(tmp_path / "x.zarr", np.ones((4, 6), np.float32), (2, 3))
+    n = _write_array(tmp_path / "n.zarr", np.arange(24, dtype=np.int32).reshape(4, 6), (2, 3))
+    write = {"op": "write", "codec": {"name": "none"}}
+    plan = {
+        "name": "placing",
+        "arrays": [{"id": "x", "zarr": x}, {"id": "n", "zarr": n}],
+        "ops": [
+            {"id": "a", "op": "elementwise", "inputs": ["x"], "expr": _call("add", X, 1)},
+            {"id": "p", "op": "elementwise", "inputs": ["n"], "expr": _call("power", X, X)},
+            {"id": "s", "op": "reduce", "input": "x", "func": "sum", "axes": [0]},
+            {"id": "wa", "input": "a", "target": str(tmp_path / "a.zarr"), **write},
+            {"id": "wp", "input": "p", "target": str(tmp_path / "p.zarr"), **write},
+            {"id": "ws", "input": "s", "target": str(tmp_path / "s.zarr"), **write},
+        ],
+    }
+    explained = chunkfuse.explain_plan(plan, device="cuda")
+    if GPU_ERROR is None:
+        assert explained["device"].startswith("cuda: "), explained["device"]
+    else:
+        assert explained["device"].startswith("cuda, not on this machine ("), explained["device"]
+    placed = {s["output"]: (s["device"], s["device_note"]) for s in explained["stages"]}
+    assert placed == {
+        "wa": ("gpu", None),
+        "wp": ("cpu", "power of int, int values has no GPU form"),
+        "ws": ("cpu", "reductions have no device form yet"),
+    }, placed
+    on_cpu = chunkfuse.explain_plan(plan, device="cpu")
+    assert {(s["device"], s["device_note"]) for s in on_cpu["stages"]} == {("cpu", None)}
+    assert not any((tmp_path / t).exists() for t in ["a.zarr", "p.zarr", "s.zarr"])

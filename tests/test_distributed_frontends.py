@@ -156,6 +156,39 @@ def test_the_setting_works_with_the_local_schedulers(
     assert dask.config.get("array_optimize", None) is None
 
 
+def test_delayed_objects_compute_with_the_setting(
+    source: tuple[str, np.ndarray], tmp_path: Path
+) -> None:
+    """Delayed objects go through Dask's delayed optimisation, then the rewrite: a function
+    of an array, and one of plain values, compute as without the setting."""
+    url, data = source
+    x = da.from_zarr(url)
+    total = dask.delayed(lambda a: float(a.sum()))(x)
+    with chunkfuse.dask.enabled(work_dir=str(tmp_path)):
+        assert total.compute(scheduler="sync") == pytest.approx(float(data.sum()), rel=1e-5)
+        assert dask.delayed(sum)([1, 2, 3]).compute(scheduler="threads") == 6
+    with pytest.raises(ValueError, match="max_mem: invalid size"):
+        with chunkfuse.dask.enabled(max_mem="banana"):
+            pass
+
+
+def test_a_value_error_in_a_batch_is_a_value_error_as_in_dask(tmp_path: Path) -> None:
+    """`nanargmax` over an all-NaN lane raises ValueError in Dask; with the setting the
+    batch's error is a ValueError too (and a BatchFailed naming the batch)."""
+    from chunkfuse.distributed import BatchFailed
+
+    a = np.ones((4, 3, 6), np.float32)
+    a[1, 2, :] = np.nan
+    z = zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(2, 3, 3))
+    x = da.from_zarr(z)
+    with pytest.raises(ValueError):
+        da.nanargmax(x, axis=2).compute(scheduler="sync")
+    with chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")):
+        with pytest.raises(ValueError, match="(?i)all-NaN slice") as raised:
+            da.nanargmax(x, axis=2).compute(scheduler="sync")
+    assert isinstance(raised.value, BatchFailed), type(raised.value).__mro__
+
+
 def test_a_cluster_without_workers_is_named_and_local_schedulers_ignore_it(
     source: tuple[str, np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -542,6 +542,21 @@ def test_rechunk_bad_chunks_argument(cli: Cli, tmp_path: Path) -> None:
     cli("rechunk", src, target, "--chunks", "4,x,2", expect_rc=2)
     cli("rechunk", src, target, "--chunks", "4,4", expect_rc=2)  # wrong rank
     cli("rechunk", src, target, "--chunks", "4,4,2", "--codec", "lzma:9", expect_rc=2)
+    rank = cli("rechunk", src, target, "--chunks", "4,4", expect_rc=2).stderr
+    assert "at --chunks:" in rank and "--chunks.chunks" not in rank, rank
+    v2_shards = cli(
+        "rechunk",
+        src,
+        target,
+        "--chunks",
+        "4,4,2",
+        "--shards",
+        "8,8,2",
+        "--zarr-format",
+        "2",
+        expect_rc=2,
+    ).stderr
+    assert "at --shards: shards need Zarr v3" in v2_shards and "memory://" not in v2_shards
     assert not target.exists()
 
 

@@ -88,6 +88,20 @@ def test_explain_prints_each_stage_for_people(cli: Cli, era5: Path, tmp_path: Pa
     assert "fused subtract" in out and "the largest reserving" in out, out
 
 
+def test_explain_for_a_gpu_prints_where_each_stage_runs(
+    cli: Cli, era5: Path, tmp_path: Path
+) -> None:
+    """With `--device cuda` (on a machine with a GPU or without one) each stage says where it
+    runs; without it, nothing is said of devices."""
+    plan = REPO / "plans" / "era5-anomaly.json"
+    args = ["--param", f"source={era5}", "--param", f"target={tmp_path / 'a.zarr'}"]
+    out = cli("explain", plan, *args, "--device", "cuda").stdout
+    assert ", cuda" in out.splitlines()[0], out
+    assert "    on the CPU: reductions have no device form yet" in out, out
+    assert "    on the GPU\n" in out, out
+    assert "on the " not in cli("explain", plan, *args).stdout
+
+
 def test_explain_plan_from_python_matches_run_plan(tmp_path: Path) -> None:
     a = np.arange(6 * 8 * 10, dtype="float32").reshape(6, 8, 10)
     zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(2, 4, 10))

@@ -369,6 +369,8 @@ def test_cubed_fft_bad_input(spec: cubed.Spec) -> None:
     x = cubed.from_array(np.ones((4, 6), "float32"), chunks=(2, 3), spec=spec)
     with pytest.raises(np.exceptions.AxisError):
         cf.fft(x, axis=2)
+    with pytest.raises(TypeError, match="axes are integers .* got 'latitude'"):
+        cf.rfft(x, axis="latitude")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="invalid number of data points"):
         cf.rfft(x, n=0)
     with pytest.raises(ValueError, match="invalid norm"):

@@ -218,6 +218,32 @@ def test_server_stopped_mid_rechunk_leaves_whole_chunks_and_a_rerun_finishes(
     np.testing.assert_array_equal(chunkfuse.read(target), data)
 
 
+def test_a_server_back_within_the_retry_window_goes_unnoticed(
+    source: tuple[str, np.ndarray], s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """The server is down for two seconds while a rechunk writes: with the default retries
+    (tries until the window of 20 s ends), the run rides it out and the result is exact."""
+    url, data = source
+    target = f"s3://{s3_bucket}/out/outage.zarr"
+    env = {k: v for k, v in os.environ.items() if k != "CHUNKFUSE_IO_RETRIES"}
+    args = [str(chunkfuse_bin_path()), "rechunk", url, target, "--chunks", "12,5,5"]
+    args += ["--max-mem", "64MB", "--threads", "1"]
+    s3_server.reset_stats()
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stopper = threading.Thread(target=_stop_after_writes, args=(s3_server, proc, 10))
+    stopper.start()
+    stopper.join()
+    stopped = not s3_server.backend_running
+    time.sleep(2)
+    s3_server.start_backend()
+    out, err = proc.communicate(timeout=120)
+    assert stopped, "the run finished before the server stopped"
+    assert proc.returncode == 0, (out, err)
+    np.testing.assert_array_equal(chunkfuse.read(target), data)
+
+
 def _stop_after_writes(server: S3Server, proc: subprocess.Popen[Any], writes: int) -> None:
     """Stops the backend once the proxy has seen `writes` chunk PUTs (or the process ends)."""
     deadline = time.monotonic() + 60

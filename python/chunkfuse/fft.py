@@ -11,6 +11,7 @@ own choice between re-reading the source and spilling a rechunked copy.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,10 @@ def _check_input(x: Any, kind: str) -> None:
 def _normalise_axes(x: Any, axes: Sequence[int], kind: str) -> tuple[int, ...]:
     out: list[int] = []
     for a in axes:
+        if isinstance(a, bool) or not isinstance(a, numbers.Integral):
+            raise TypeError(
+                f"{kind}: axes are integers (Cubed arrays have no dimension names), got {a!r}"
+            )
         if not -x.ndim <= int(a) < x.ndim:
             raise AxisError(int(a), x.ndim, f"{kind}: axis")
         a = int(a) % x.ndim

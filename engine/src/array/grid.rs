@@ -386,9 +386,64 @@ pub fn indices_in(shape: &[u64]) -> Vec<Vec<u64>> {
     out
 }
 
+/// The indices `range` (positions in C order, cut to the grid) of a grid of `shape`, made
+/// without the others: what [`indices_in`] gives there.
+pub fn indices_between(shape: &[u64], range: std::ops::Range<u64>) -> Vec<Vec<u64>> {
+    let total: u64 = shape.iter().product();
+    let (start, end) = (range.start.min(total), range.end.min(total));
+    let mut out = Vec::with_capacity(end.saturating_sub(start) as usize);
+    if start >= end {
+        return out;
+    }
+    let mut cur = vec![0u64; shape.len()];
+    let mut rest = start;
+    for d in (0..shape.len()).rev() {
+        cur[d] = rest % shape[d];
+        rest /= shape[d];
+    }
+    for _ in start..end {
+        out.push(cur.clone());
+        for d in (0..shape.len()).rev() {
+            cur[d] += 1;
+            if cur[d] < shape[d] {
+                break;
+            }
+            cur[d] = 0;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn indices_between_are_those_of_the_whole_grid_there() {
+        let shape = [3, 1, 4, 2];
+        let all = indices_in(&shape);
+        for (a, b) in [
+            (0usize, 24usize),
+            (0, 0),
+            (5, 17),
+            (23, 24),
+            (20, 99),
+            (30, 40),
+        ] {
+            let want: Vec<_> = all
+                .iter()
+                .skip(a)
+                .take(b.min(24).saturating_sub(a))
+                .cloned()
+                .collect();
+            assert_eq!(
+                indices_between(&shape, a as u64..b as u64),
+                want,
+                "{a}..{b}"
+            );
+        }
+        assert_eq!(indices_between(&[], 0..1), vec![Vec::<u64>::new()]);
+    }
 
     #[test]
     fn prefix_reaches_the_last_element_of_the_part() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chunkfuse_engine::exec::memory::{human_bytes, parse_bytes};
 use chunkfuse_engine::plan::Plan;
 use chunkfuse_engine::run::{
-    self, Explained, RechunkChunks, RechunkOptions, RunOptions, RunSummary,
+    self, Explained, RechunkChunks, RechunkOptions, RunOptions, RunSummary, StageRecord,
 };
 use chunkfuse_engine::zarr::Codec;
 use chunkfuse_engine::{Error, ErrorKind};
@@ -126,9 +126,9 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Describe an array: shape, chunks, shards, codecs, sizes.
+    /// Describe an array (shape, chunks, shards, codecs, sizes), or each array of a group.
     Info {
-        /// The array.
+        /// The array or group.
         store: String,
         /// JSON output.
         #[arg(long)]
@@ -222,6 +222,16 @@ fn options(common: &Common, cancel: Arc<AtomicBool>) -> Result<RunOptions, Error
     })
 }
 
+/// Where a stage ran on a run with a GPU, and why a part of it did not (nothing on a CPU run).
+fn device_line(st: &StageRecord) -> Option<String> {
+    match (st.device.as_str(), &st.device_note) {
+        ("gpu", None) => Some("on the GPU".to_string()),
+        ("gpu", Some(note)) => Some(format!("on the GPU; {note}")),
+        (_, Some(note)) => Some(format!("on the CPU: {note}")),
+        _ => None,
+    }
+}
+
 fn print_summary(s: &RunSummary, json: bool) -> Result<(), Error> {
     if json {
         let text = serde_json::to_string(s).map_err(|e| Error::internal(e.to_string()))?;
@@ -234,6 +244,9 @@ fn print_summary(s: &RunSummary, json: bool) -> Result<(), Error> {
     );
     for st in &s.stages {
         println!("  stage: {}", st.describe());
+        if let Some(line) = device_line(st) {
+            println!("    {line}");
+        }
     }
     if s.device != "cpu" {
         println!(
@@ -332,6 +345,9 @@ fn print_explained(e: &Explained, json: bool) -> Result<(), Error> {
             println!("    fused {}", st.fused.join(", "));
         }
         println!("    writes {}", st.output);
+        if let Some(line) = device_line(st) {
+            println!("    {line}");
+        }
     }
     Ok(())
 }
@@ -349,6 +365,31 @@ fn rechunk_command(
 }
 
 fn info_command(store: &str, json: bool) -> Result<(), Error> {
+    if let Some(group) = run::group_info(store)? {
+        if json {
+            return print_json(&group);
+        }
+        println!(
+            "{store}: a Zarr v{} group of {} array(s)",
+            group.zarr_format,
+            group.arrays.len()
+        );
+        for a in &group.arrays {
+            match (&a.info, &a.note) {
+                (Some(s), _) => println!(
+                    "  {:<12} {:?} {} in chunks {:?}, {} stored ({:.1}x)",
+                    a.name,
+                    s.info.shape,
+                    s.info.dtype,
+                    s.info.chunks,
+                    human_bytes(s.stored_bytes),
+                    s.compression_ratio
+                ),
+                (None, note) => println!("  {:<12} {}", a.name, note.as_deref().unwrap_or("")),
+            }
+        }
+        return Ok(());
+    }
     let info = run::info(store)?;
     if json {
         return print_json(&info);

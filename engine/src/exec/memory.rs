@@ -220,7 +220,7 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         }
     };
     let bytes = value * mult;
-    if !(bytes < 2f64.powi(63)) {
+    if bytes.is_nan() || bytes >= 2f64.powi(63) {
         return Err(Error::new(
             ErrorKind::Plan,
             format!("size \"{text}\" is too large: sizes go up to 8 EiB"),
@@ -282,6 +282,17 @@ pub fn scale_allocator_to_budget(max_mem: u64) {
     set_allocator_thresholds(threshold as i32);
     let arenas = (max_mem / (64 << 20)).clamp(1, 1024);
     set_allocator_arenas(arenas as i32);
+}
+
+/// Gives the pages of freed heap memory back to the OS, those between blocks in use too (glibc
+/// returns only the top of a heap on its own): a stage of many small tasks frees their plans
+/// among longer-lived buffers, and the holes would otherwise stay resident.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes glibc's arena locks itself and only returns free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 fn set_allocator_arenas(arenas: i32) {

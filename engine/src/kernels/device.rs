@@ -94,6 +94,11 @@ impl Placement {
         }
     }
 
+    /// Whether programs are placed on a GPU.
+    pub fn is_gpu(&self) -> bool {
+        !matches!(self, Placement::Cpu)
+    }
+
     /// `cpu`, or `cuda: NAME (compute_XY)`.
     pub fn describe(&self) -> String {
         match self {
@@ -122,6 +127,20 @@ impl Placement {
                 .compile(prog, leaf_dtypes, rank)?
                 .map(|inner| DeviceKernel { inner })),
         }
+    }
+}
+
+/// Whether `prog` (whose leaves have `leaf_dtypes`, over regions of rank `rank`) has a GPU
+/// form; if not, why (in words for the run's summary). Pure: no device is opened.
+pub fn gpu_form(prog: &Program, leaf_dtypes: &[DType], rank: usize) -> Result<(), String> {
+    #[cfg(feature = "cuda")]
+    return super::eval::gpu::codegen::kernel_source(prog, leaf_dtypes, rank)
+        .map(|_| ())
+        .map_err(|why| why.0);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (prog, leaf_dtypes, rank);
+        Err("this chunkfuse was built without the cuda feature".to_string())
     }
 }
 

@@ -313,7 +313,7 @@ pub enum Expr {
 }
 
 /// How a function computes: the dtype its arguments are cast to, and the dtype of its result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Signature {
     /// Arguments are cast to this dtype before computing (`Where`: only the value arguments).
     pub compute: DType,

@@ -2,7 +2,7 @@
 //! budget, checked over in-memory stand-ins before anything is created on disk.
 
 use crate::error::{Error, Result};
-use crate::exec::driver::{banded_stage, open_materials, stage_tasks, Engine, RunOptions};
+use crate::exec::driver::{banded_stage, in_windows, open_materials, Engine, RunOptions};
 use crate::kernels::device::Placement;
 use crate::optimize::stages;
 use crate::physical::options::PlanOptions;
@@ -39,9 +39,18 @@ fn plan_checked(
         if banded.is_some() {
             continue;
         }
-        let tasks = stage_tasks(stage, &stand_ins, limits, &Placement::Cpu)?;
-        if let Some(misfit) = engine.misfit(&tasks) {
-            return Ok((physical, Some(misfit)));
+        // The largest task that does not fit, of all the stage's, made a window at a time.
+        let mut worst: Option<(u64, Error)> = None;
+        in_windows(stage, &stand_ins, limits, &Placement::Cpu, |tasks| {
+            if let Some(misfit) = engine.misfit(&tasks) {
+                if worst.as_ref().is_none_or(|w| misfit.0 > w.0) {
+                    worst = Some(misfit);
+                }
+            }
+            Ok(())
+        })?;
+        if worst.is_some() {
+            return Ok((physical, worst));
         }
     }
     Ok((physical, None))

@@ -1,9 +1,10 @@
-//! What is stored at a URL: the array's metadata and its stored size.
+//! What is stored at a URL: the array's metadata and its stored size, or a group's arrays.
 
 use serde::Serialize;
 
 use crate::error::Result;
 use crate::store::open_store;
+use crate::zarr::group::{member_arrays, read_group};
 use crate::zarr::{ArrayInfo, ZarrArray};
 
 /// Describes the array at `url`, with its stored size.
@@ -44,4 +45,47 @@ pub fn info(url: &str) -> Result<StoreInfo> {
         stored_chunks: count,
         compression_ratio: ratio,
     })
+}
+
+/// Describes the group at `url`: its arrays, each as [`info`] describes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupInfo {
+    /// 2 or 3.
+    pub zarr_format: u8,
+    /// Its arrays, by name.
+    pub arrays: Vec<GroupMember>,
+}
+
+/// One array of a group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupMember {
+    /// Its name in the group.
+    pub name: String,
+    /// What [`info`] says of it; `None` when the engine cannot describe it.
+    pub info: Option<StoreInfo>,
+    /// Why not, then (an array of strings, say).
+    pub note: Option<String>,
+}
+
+/// The arrays of the group at `url`; `None` when `url` holds no group.
+pub fn group_info(url: &str) -> Result<Option<GroupInfo>> {
+    let store = open_store(url, 4)?;
+    let Some(group) = read_group(store.as_ref())? else {
+        return Ok(None);
+    };
+    let arrays = member_arrays(store.as_ref())?
+        .into_iter()
+        .map(|name| {
+            let member = format!("{}/{name}", url.trim_end_matches('/'));
+            let (info, note) = match info(&member) {
+                Ok(i) => (Some(i), None),
+                Err(e) => (None, Some(e.message)),
+            };
+            GroupMember { name, info, note }
+        })
+        .collect();
+    Ok(Some(GroupInfo {
+        zarr_format: group.zarr_format,
+        arrays,
+    }))
 }

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::exec::driver::{open_materials, Driver};
+use crate::kernels::device::{Device, Placement};
 use crate::plan::graph::Graph;
 use crate::plan::Plan;
 
@@ -29,7 +30,7 @@ pub use crate::exec::driver::{
 pub use crate::exec::memory::{default_max_mem, peak_rss};
 pub use batches::{cut_batches, BatchCut};
 pub use floor::{codec_floor, read_floor, CodecFloor};
-pub use info::{info, StoreInfo};
+pub use info::{group_info, info, GroupInfo, GroupMember, StoreInfo};
 pub use job::Job;
 pub use rechunk::{array_chunks, rechunk_plan, RechunkChunks, RechunkOptions};
 
@@ -65,11 +66,28 @@ pub fn explain_plan(plan: &Plan, opts: &RunOptions) -> Result<Explained> {
     // Arrays of strings are copied, not computed on: no stage runs them.
     let (plan, strings) = string_copies::split(plan, opts.io_threads)?;
     let graph = Graph::build_part(&plan, opts.io_threads, !strings.is_empty())?;
-    let (engine, physical) = fit::fitting_engine(&graph, opts)?;
+    // Asked for a GPU this machine cannot open, it explains where a run on one would place
+    // each stage (a run here fails, naming why).
+    let unopened = match opts.device {
+        Device::Cuda => Placement::open(Device::Cuda).err(),
+        _ => None,
+    };
+    let mut opts = opts.clone();
+    if unopened.is_some() {
+        opts.device = Device::Cpu;
+    }
+    let (engine, physical) = fit::fitting_engine(&graph, &opts)?;
     let (stand_ins, _) = open_materials(&physical.materials, opts.io_threads, None, None)?;
     let (max_mem, task_budget) = (engine.max_mem, engine.task_budget);
-    let (threads, device) = (engine.scheduler.threads(), engine.placement.describe());
+    let threads = engine.scheduler.threads();
+    let device = match &unopened {
+        Some(e) => format!("cuda, not on this machine ({})", e.message),
+        None => engine.placement.describe(),
+    };
     let mut driver = Driver::explaining(engine, physical.stages, stand_ins);
+    if unopened.is_some() {
+        driver = driver.placing_for_a_gpu();
+    }
     let stages = (0..driver.stages().len())
         .map(|at| driver.run_stage(at))
         .collect::<Result<_>>()?;

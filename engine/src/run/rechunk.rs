@@ -82,6 +82,16 @@ pub struct RechunkOptions {
 /// consolidated metadata when the source has some). Every target takes its source's fill
 /// value, attributes and dimension names.
 pub fn rechunk_plan(source: &str, target: &str, r: &RechunkOptions) -> Result<Plan> {
+    if r.shards.is_some() && r.zarr_format != 3 {
+        return Err(Error::plan(
+            "--shards",
+            format!(
+                "shards need Zarr v3, but the target is Zarr v{}: drop --shards or \
+                 --zarr-format",
+                r.zarr_format
+            ),
+        ));
+    }
     let store = open_store(source, 4).map_err(|e| e.with_field("source"))?;
     if read_group(store.as_ref())?.is_none() {
         let chunks = match &r.chunks {

@@ -89,4 +89,12 @@ def _stage_lines(s: dict[str, Any]) -> str:
         text += f"\n    loads once {', '.join(s['shared'])}"
     for c in s["caches"]:
         text += f"\n    keeps up to {c['room']} bytes of {c['array']}'s chunks for a later stage"
-    return text
+    return text + _device_line(s)
+
+
+def _device_line(s: dict[str, Any]) -> str:
+    """Where the stage runs when the run has a GPU (nothing on a CPU run)."""
+    note = s.get("device_note")
+    if s.get("device") == "gpu":
+        return "\n    on the GPU" + (f"; {note}" if note else "")
+    return f"\n    on the CPU: {note}" if note else ""

@@ -13,7 +13,9 @@ from typing import Any, Literal
 
 import dask
 import dask.array.optimization
-import dask.delayed
+from dask.delayed import optimize as optimize_delayed
+
+from chunkfuse.sizes import budget_bytes
 
 from .batched import BatchedOptions, rewrite
 
@@ -35,7 +37,8 @@ class EngineOptimizer:
         if self.kind == "array":
             optimized = dask.array.optimization.optimize(dsk, keys, **kwargs)
         else:
-            optimized = dask.delayed.optimize(dsk, keys, **kwargs)
+            # `dask.delayed` is the function: the package shadows its own module.
+            optimized = optimize_delayed(dsk, keys, **kwargs)
         return rewrite(optimized, keys, self.options)
 
 
@@ -46,6 +49,7 @@ def _settings(
         raise ValueError(f"batches_per_worker must be at least 1, got {batches_per_worker}")
     if device not in ("cpu", "cuda", "auto"):
         raise ValueError(f"unknown device {device!r}: expected cpu, cuda or auto")
+    budget_bytes(max_mem, "max_mem")  # a bad budget is named now, not at the first compute
     options = BatchedOptions(max_mem, work_dir, batches_per_worker, device)
     return {
         "array_optimize": EngineOptimizer("array", options),

@@ -8,13 +8,23 @@ summary. A reduction whose output chunks are split across batches writes partial
 merged in a fixed order once the stage's batches are done. See docs/distributed.md.
 """
 
-from chunkfuse.distributed.batch import BatchFailed, BatchSpec, run_batch
+from chunkfuse.distributed.batch import (
+    BatchFailed,
+    BatchMemoryError,
+    BatchOSError,
+    BatchSpec,
+    BatchValueError,
+    run_batch,
+)
 from chunkfuse.distributed.coordinator import ClusterTooSmall, DistributedRun, run_distributed
 from chunkfuse.distributed.runtime import LocalRuntime, Runtime, WorkerShape
 
 __all__ = [
     "BatchFailed",
+    "BatchMemoryError",
+    "BatchOSError",
     "BatchSpec",
+    "BatchValueError",
     "ClusterTooSmall",
     "DistributedRun",
     "LocalRuntime",

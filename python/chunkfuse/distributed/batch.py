@@ -34,7 +34,34 @@ def merge_in_batches() -> bool:
 
 class BatchFailed(RuntimeError):
     """A batch failed: the message names the job, stage, batch and tasks, then the engine's
-    error (with its array, chunk key and store)."""
+    error (with its array, chunk key and store). Where the engine raised ValueError,
+    MemoryError or OSError, the batch's error is one too (`BatchValueError`, ...), so code
+    that catches those catches it as it would without batches."""
+
+
+class BatchValueError(BatchFailed, ValueError):
+    """A batch failed on a value the engine refuses (an all-NaN slice of `nanargmax`, ...)."""
+
+
+class BatchMemoryError(BatchFailed, MemoryError):
+    """A batch failed because a task cannot fit its memory budget."""
+
+
+class BatchOSError(BatchFailed, OSError):
+    """A batch failed on storage (a missing store, a write refused, ...)."""
+
+
+def batch_failure(message: str, cause: BaseException) -> BatchFailed:
+    """The `BatchFailed` for a batch that failed with `cause`, of the kind `cause` is."""
+    kinds: tuple[tuple[type[BaseException], type[BatchFailed]], ...] = (
+        (ValueError, BatchValueError),
+        (MemoryError, BatchMemoryError),
+        (OSError, BatchOSError),
+    )
+    for base, kind in kinds:
+        if isinstance(cause, base):
+            return kind(message)
+    return BatchFailed(message)
 
 
 @dataclass(frozen=True)
@@ -174,7 +201,7 @@ def run_batch(spec: BatchSpec) -> dict[str, Any]:
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        raise BatchFailed(f"{spec.describe()}: {type(e).__name__}: {e}") from e
+        raise batch_failure(f"{spec.describe()}: {type(e).__name__}: {e}", e) from e
     out: dict[str, Any] = json.loads(record)
     return {
         "stage": spec.stage,

@@ -12,6 +12,7 @@ mod batches;
 mod engine;
 mod opening;
 mod options;
+mod placing;
 mod record;
 mod tasks;
 
@@ -23,7 +24,9 @@ pub use engine::{task_need, Engine};
 pub use opening::{attach_materials, open_materials};
 pub use options::RunOptions;
 pub use record::{KeptChunks, RunSummary, Snapshot, StageKind, StageRecord, Strategy};
-pub use tasks::{banded_stage, stage_label, stage_tasks, window_tasks, TaskLimits};
+pub use tasks::{
+    banded_stage, in_windows, stage_label, stage_tasks, window_tasks, TaskLimits, WINDOW_TASKS,
+};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::band_groups::BandGroup;
@@ -47,6 +50,8 @@ pub struct Driver {
     caching: RefCell<Vec<(usize, usize)>>,
     /// Plan every choice, run nothing.
     explain: bool,
+    /// Whether the stages are placed for a GPU (see [`placing`]).
+    gpu: bool,
     /// Where a stage run in batches leaves the partial states of reductions (see
     /// [`Driver::run_batch`]).
     partials: Option<Arc<dyn Store>>,
@@ -56,6 +61,7 @@ impl Driver {
     /// A driver that runs `stages` over `arrays` (opened by [`open_materials`]) on `engine`.
     pub fn new(engine: Engine, stages: Vec<Stage>, arrays: Arrays, resumed: Vec<bool>) -> Self {
         Driver {
+            gpu: engine.placement.is_gpu(),
             engine,
             stages: stages.into(),
             arrays,
@@ -80,6 +86,12 @@ impl Driver {
             explain: true,
             ..Driver::new(engine, stages, stand_ins, resumed)
         }
+    }
+
+    /// The driver, explaining where each stage would run with a GPU though none is open.
+    pub fn placing_for_a_gpu(mut self) -> Self {
+        self.gpu = true;
+        self
     }
 
     /// The stages driven.
@@ -136,8 +148,16 @@ impl Driver {
         let stages = self.stage(at)?;
         let stage = &stages[at];
         let (before, mut record) = self.start(at, stage);
-        let mut tasks = stage_tasks(stage, &self.arrays, self.limits(), &self.engine.placement)?;
-        let total = tasks::parts_of(&tasks) as usize;
+        let (limits, placement) = (self.limits(), &self.engine.placement);
+        let made = tasks::task_range(stage, &self.arrays, limits, placement, Some(parts.clone()))?;
+        let (mut tasks, total) = match made {
+            Some(made) => made,
+            None => {
+                let tasks = stage_tasks(stage, &self.arrays, limits, placement)?;
+                let total = tasks::parts_of(&tasks) as usize;
+                (tasks, total)
+            }
+        };
         if parts.start > parts.end || parts.end > total {
             return Err(Error::new(
                 ErrorKind::Value,
@@ -157,6 +177,11 @@ impl Driver {
     fn start(&self, at: usize, stage: &Stage) -> (Snapshot, StageRecord) {
         let mut record = tasks::stage_record(at, stage, &self.arrays);
         record.task_budget = self.engine.task_budget;
+        if self.gpu {
+            let placed = placing::on_a_gpu(stage);
+            record.device = placed.device.to_string();
+            record.device_note = placed.note;
+        }
         (Snapshot::of(&self.engine.progress), record)
     }
 
@@ -185,8 +210,7 @@ impl Driver {
     /// How many parts stage `at` has (see [`Task::part`]): what [`Driver::run_parts`] takes.
     pub fn parts(&self, at: usize) -> Result<usize> {
         let stages = self.stage(at)?;
-        let tasks = stage_tasks(&stages[at], &self.arrays, self.limits(), &Placement::Cpu)?;
-        Ok(tasks::parts_of(&tasks) as usize)
+        tasks::count_parts(&stages[at], &self.arrays, self.limits(), &Placement::Cpu)
     }
 
     /// The stages, which hold stage `at`, or an error naming the stages there are.
@@ -350,6 +374,13 @@ impl Driver {
         let stages = self.stages.clone();
         let stage = &stages[at];
         let (limits, placement) = (self.limits(), &self.engine.placement);
+        if let Some((_, total)) =
+            tasks::task_range(stage, &self.arrays, limits, placement, Some(0..0))?
+        {
+            if total > WINDOW_TASKS {
+                return self.run_in_windows(stage, total, record);
+            }
+        }
         let tasks_of = || stage_tasks(stage, &self.arrays, limits, placement);
         let mut tasks = tasks_of()?;
         record.parts = tasks::parts_of(&tasks);
@@ -392,6 +423,58 @@ impl Driver {
             cache.kept = self.arrays.held(mat).chunk_cache().map_or(0, |c| c.bytes());
         }
         ran
+    }
+
+    /// Runs a compute or stream stage of `total` tasks (more than [`WINDOW_TASKS`]) making
+    /// its tasks [`WINDOW_TASKS`] at a time as the scheduler takes them. Such a stage keeps
+    /// no chunks for later stages and loads no input once for all its tasks.
+    fn run_in_windows(&self, stage: &Stage, total: usize, record: &mut StageRecord) -> Result<()> {
+        let (limits, placement) = (self.limits(), &self.engine.placement);
+        record.parts = total as u64;
+        let resumed = self.resumed_output(stage);
+        let written = match resumed {
+            Some(out) => {
+                record.resumed = true;
+                Some(tasks::written_keys(&self.arrays[out])?)
+            }
+            None => None,
+        };
+        let record = RefCell::new(record);
+        let window = |start: usize| -> Result<Vec<Task>> {
+            if start > 0 {
+                // The plans of the windows run so far are freed, among buffers in use.
+                crate::exec::memory::release_freed_memory();
+            }
+            let range = start..(start + WINDOW_TASKS).min(total);
+            let (mut tasks, _) =
+                tasks::task_range(stage, &self.arrays, limits, placement, Some(range))?
+                    .ok_or_else(|| Error::internal("a reduction is not run in windows"))?;
+            let largest = tasks.iter().map(task_need).max().unwrap_or(0);
+            // Chunks kept for later stages stay only while the tasks fit beside them (decided
+            // before any task starts: the first window's tasks are the stage's).
+            if start == 0 && largest.saturating_add(self.cached_bytes()) > limits.task_budget {
+                self.drop_caches(&|_, _| false);
+            }
+            let mut r = record.borrow_mut();
+            r.tasks += tasks.len() as u64;
+            r.largest_task_bytes = r.largest_task_bytes.max(largest);
+            if let Some(existing) = &written {
+                r.tasks_done_before += tasks::skip_written(&mut tasks, existing) as u64;
+            }
+            if !self.explain {
+                self.engine.progress.add_tasks(tasks.len() as u64);
+            }
+            Ok(tasks)
+        };
+        let mut starts = (0..total).step_by(WINDOW_TASKS);
+        if self.explain {
+            return starts.try_for_each(|s| window(s).map(drop));
+        }
+        let tasks = starts.flat_map(|s| match window(s) {
+            Ok(tasks) => tasks.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        });
+        self.engine.scheduler.run_lazily(tasks)
     }
 
     /// Starts keeping the decoded chunks of what stage `at` reads and later stages read again,

@@ -123,6 +123,10 @@ pub struct StageRecord {
     pub bytes_written: u64,
     /// Wall time.
     pub seconds: f64,
+    /// Where the stage's work ran: `cpu`, or `gpu` (its fused program on the run's GPU).
+    pub device: String,
+    /// On a run with a GPU, why the stage (or a part of it) ran on the CPU.
+    pub device_note: Option<String>,
     /// Remarks that fit no field.
     pub notes: Vec<String>,
 }
@@ -157,6 +161,8 @@ impl StageRecord {
             decoded_bytes: 0,
             bytes_written: 0,
             seconds: 0.0,
+            device: "cpu".to_string(),
+            device_note: None,
             notes: Vec::new(),
         }
     }

@@ -1,6 +1,8 @@
 //! A stage's tasks: what each stage reads and writes, its tasks as planned, the bands a
 //! compute stage may read its input in, and the tasks a resumed run may skip.
 
+use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::record::{StageKind, StageRecord};
@@ -129,14 +131,22 @@ pub fn banded_stage(
 /// Drops the tasks whose output chunks all exist already and tells the others which of theirs
 /// do; returns how many it dropped.
 pub fn skip_done(tasks: &mut Vec<Task>, out: &ZarrArray) -> Result<usize> {
-    let existing: std::collections::HashSet<String> =
-        out.store().list_prefix("")?.into_iter().collect();
+    Ok(skip_written(tasks, &written_keys(out)?))
+}
+
+/// The keys `out`'s store holds.
+pub fn written_keys(out: &ZarrArray) -> Result<HashSet<String>> {
+    Ok(out.store().list_prefix("")?.into_iter().collect())
+}
+
+/// [`skip_done`] with the keys its output holds listed once (`existing`).
+pub fn skip_written(tasks: &mut Vec<Task>, existing: &HashSet<String>) -> usize {
     let before = tasks.len();
     tasks.retain(|t| t.outputs.is_empty() || !t.outputs.iter().all(|k| existing.contains(k)));
     for t in tasks.iter_mut() {
-        t.processor.keep_existing(&existing);
+        t.processor.keep_existing(existing);
     }
-    Ok(before - tasks.len())
+    before - tasks.len()
 }
 
 /// The compute stage value `input` compiled for `placement`, when it runs off the CPU.
@@ -176,7 +186,8 @@ pub fn stage_tasks(
 }
 
 /// The tasks of one stage in `window` (all without one; see [`Window`]), and how many the
-/// stage has in all; a window past them is an error naming how many there are.
+/// stage has; a window past them is an error naming how many there are. A compute or stream
+/// stage makes only the tasks of the window.
 pub fn window_tasks(
     stage: &Stage,
     arrays: &Arrays,
@@ -184,14 +195,40 @@ pub fn window_tasks(
     placement: &Placement,
     window: Option<&Window>,
 ) -> Result<(Vec<Task>, usize)> {
+    let range = window.map(|w| w.tasks.clone());
+    let Some((tasks, total)) = task_range(stage, arrays, limits, placement, range.clone())? else {
+        return reduce_tasks(stage, arrays, limits, window);
+    };
+    if let Some(r) = range {
+        if r.start > r.end || r.end > total {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Value,
+                format!(
+                    "{} has tasks 0..{total}; {r:?} is not among them",
+                    stage_label(stage)
+                ),
+            ));
+        }
+    }
+    Ok((tasks, total))
+}
+
+/// The tasks `range` (all without one, cut to those there are) of a compute or stream stage,
+/// made without the others, and how many the stage has (task `i` is its part `i`); `None`
+/// for a reduction.
+pub fn task_range(
+    stage: &Stage,
+    arrays: &Arrays,
+    limits: TaskLimits,
+    placement: &Placement,
+    range: Option<Range<usize>>,
+) -> Result<Option<(Vec<Task>, usize)>> {
     let TaskLimits {
         batch_limit,
-        task_share,
-        task_budget,
         workers,
-        spread,
+        ..
     } = limits;
-    let tasks = match stage {
+    Ok(Some(match stage {
         Stage::Compute {
             input,
             out,
@@ -206,8 +243,8 @@ pub fn window_tasks(
             batch_limit,
             workers,
             device_kernel(placement, input)?,
-        )
-        .map(with_count),
+            range,
+        )?,
         Stage::Stream {
             input,
             out,
@@ -223,59 +260,96 @@ pub fn window_tasks(
             *stream_bytes,
             label,
             *batch_bytes,
-        )
-        .map(with_count),
-        Stage::Reduce {
-            input,
-            out,
-            func,
-            axes,
-            keepdims,
-            ddof,
-            label,
-        } => reduce::tasks(
-            Arc::new(input.clone()),
-            arrays.clone(),
-            arrays[*out].clone(),
-            reduce::ReduceParams {
-                func: *func,
-                axes: axes.clone(),
-                keepdims: *keepdims,
-                ddof: *ddof,
-            },
-            label,
-            task_share,
-            task_budget,
-            workers,
-            spread,
-            window,
-        ),
-    };
-    if matches!(stage, Stage::Reduce { .. }) {
-        return tasks;
-    }
-    let mut tasks = tasks?.0;
-    let total = tasks.len();
-    if let Some(w) = window {
-        if w.tasks.start > w.tasks.end || w.tasks.end > total {
-            return Err(crate::error::Error::new(
-                crate::error::ErrorKind::Value,
-                format!(
-                    "{} has tasks 0..{total}; {:?} is not among them",
-                    stage_label(stage),
-                    w.tasks
-                ),
-            ));
-        }
-        tasks = tasks.drain(w.tasks.clone()).collect();
-    }
-    Ok((tasks, total))
+            range,
+        )?,
+        Stage::Reduce { .. } => return Ok(None),
+    }))
 }
 
-/// Tasks that are all their stage has.
-fn with_count(tasks: Vec<Task>) -> (Vec<Task>, usize) {
-    let n = tasks.len();
-    (tasks, n)
+/// Tasks of a compute or stream stage made at once: a stage with more makes them a window at
+/// a time, so what they hold before they run (their reads planned, their keys) does not grow
+/// with the stage.
+pub const WINDOW_TASKS: usize = 1024;
+
+/// Calls `f` with every task of `stage`: [`WINDOW_TASKS`] at a time for a compute or stream
+/// stage, all at once for a reduction.
+pub fn in_windows(
+    stage: &Stage,
+    arrays: &Arrays,
+    limits: TaskLimits,
+    placement: &Placement,
+    mut f: impl FnMut(Vec<Task>) -> Result<()>,
+) -> Result<()> {
+    let Some((_, total)) = task_range(stage, arrays, limits, placement, Some(0..0))? else {
+        return f(stage_tasks(stage, arrays, limits, placement)?);
+    };
+    for start in (0..total).step_by(WINDOW_TASKS) {
+        let range = start..(start + WINDOW_TASKS).min(total);
+        if let Some((tasks, _)) = task_range(stage, arrays, limits, placement, Some(range))? {
+            f(tasks)?;
+        }
+    }
+    Ok(())
+}
+
+/// How many parts `stage` has (see [`Task::part`]).
+pub fn count_parts(
+    stage: &Stage,
+    arrays: &Arrays,
+    limits: TaskLimits,
+    placement: &Placement,
+) -> Result<usize> {
+    Ok(
+        match task_range(stage, arrays, limits, placement, Some(0..0))? {
+            Some((_, total)) => total,
+            None => parts_of(&stage_tasks(stage, arrays, limits, placement)?) as usize,
+        },
+    )
+}
+
+/// The tasks of a reduction stage in `window` (see [`window_tasks`]).
+fn reduce_tasks(
+    stage: &Stage,
+    arrays: &Arrays,
+    limits: TaskLimits,
+    window: Option<&Window>,
+) -> Result<(Vec<Task>, usize)> {
+    let TaskLimits {
+        task_share,
+        task_budget,
+        workers,
+        spread,
+        ..
+    } = limits;
+    let Stage::Reduce {
+        input,
+        out,
+        func,
+        axes,
+        keepdims,
+        ddof,
+        label,
+    } = stage
+    else {
+        return Err(crate::error::Error::internal("not a reduction"));
+    };
+    reduce::tasks(
+        Arc::new(input.clone()),
+        arrays.clone(),
+        arrays[*out].clone(),
+        reduce::ReduceParams {
+            func: *func,
+            axes: axes.clone(),
+            keepdims: *keepdims,
+            ddof: *ddof,
+        },
+        label,
+        task_share,
+        task_budget,
+        workers,
+        spread,
+        window,
+    )
 }
 
 /// A stage's label.

@@ -1,6 +1,7 @@
 //! Compute stage: evaluate a fused value over a block of output chunks, encode each chunk and
 //! write it.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -8,7 +9,7 @@ use rayon::prelude::*;
 use super::region::assemble::Assembler;
 use super::region::read::RegionRead;
 use crate::array::buffer::copy_region;
-use crate::array::grid::indices_in;
+use crate::array::grid::{indices_between, indices_in};
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::Result;
 use crate::exec::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
@@ -298,8 +299,10 @@ pub fn block_memory(
     Ok(plan.memory)
 }
 
-/// The tasks of a compute stage run by `threads` compute threads (the planner's count: their
-/// projected memory must match its), evaluating on `kernel`'s device when given.
+/// The tasks `range` (all without one; a range past them is cut to them) of a compute stage
+/// run by `threads` compute threads (the planner's count: their projected memory must match
+/// its), evaluating on `kernel`'s device when given, and how many the stage has. Task `i` is
+/// part `i`.
 #[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
@@ -310,9 +313,13 @@ pub fn tasks(
     batch_limit_bytes: u64,
     threads: usize,
     kernel: Option<Arc<DeviceKernel>>,
-) -> Result<Vec<Task>> {
-    let blocks = indices_in(&block_grid(out.grid(), block));
-    tasks_for_blocks(
+    range: Option<Range<usize>>,
+) -> Result<(Vec<Task>, usize)> {
+    let grid = block_grid(out.grid(), block);
+    let total = grid.iter().product::<u64>() as usize;
+    let range = cut_to(range, total);
+    let blocks = indices_between(&grid, range.start as u64..range.end as u64);
+    let mut tasks = tasks_for_blocks(
         fused,
         arrays,
         out,
@@ -322,7 +329,17 @@ pub fn tasks(
         batch_limit_bytes,
         threads,
         kernel,
-    )
+    )?;
+    for t in &mut tasks {
+        t.part += range.start;
+    }
+    Ok((tasks, total))
+}
+
+/// `range` within `0..total` (all of it without one).
+pub fn cut_to(range: Option<Range<usize>>, total: usize) -> Range<usize> {
+    let r = range.unwrap_or(0..total);
+    r.start.min(total)..r.end.clamp(r.start.min(total), total)
 }
 
 /// The tasks of blocks `blocks` (indices in the grid of `block` output chunks per axis) of a

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::region::assemble::Assembler;
 use super::region::read::RegionRead;
-use crate::array::grid::indices_in;
+use crate::array::grid::indices_between;
 use crate::array::Region;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::task::{Part, Processor, ReadOp, Task, TaskContext, WriteOp};
@@ -137,8 +137,10 @@ impl Processor for StreamProcessor {
     }
 }
 
-/// The tasks of a stream-copy stage: one per group of `group` output chunks per axis, each
-/// reading its input in batches of about `batch_bytes` decoded bytes.
+/// The tasks `range` (all without one; see [`super::compute::cut_to`]) of a stream-copy
+/// stage, and how many it has: one per group of `group` output chunks per axis (task `i` is
+/// part `i`), each reading its input in batches of about `batch_bytes` decoded bytes.
+#[allow(clippy::too_many_arguments)]
 pub fn tasks(
     fused: Arc<Fused>,
     arrays: crate::exec::ops::region::read::Arrays,
@@ -147,7 +149,8 @@ pub fn tasks(
     stream_bytes: u64,
     label: &str,
     batch_bytes: u64,
-) -> Result<Vec<Task>> {
+    range: Option<std::ops::Range<usize>>,
+) -> Result<(Vec<Task>, usize)> {
     let leaf = match fused.leaves.as_slice() {
         [l] if fused.plain_leaf(out.dtype()).is_some() && l.is_plain() => l,
         _ => {
@@ -157,11 +160,14 @@ pub fn tasks(
         }
     };
     let input = arrays[leaf.mat].read_grid().clone();
-    let groups = indices_in(&super::compute::block_grid(out.grid(), group));
-    groups
+    let grid = super::compute::block_grid(out.grid(), group);
+    let total = grid.iter().product::<u64>() as usize;
+    let range = super::compute::cut_to(range, total);
+    let groups = indices_between(&grid, range.start as u64..range.end as u64);
+    let tasks = groups
         .into_iter()
-        .enumerate()
-        .map(|(part, g)| {
+        .zip(range)
+        .map(|(g, part)| {
             let (chunks, region) = super::compute::block_region(out.grid(), group, &g);
             // Batches of whole input chunks along the first axis, within the byte limit.
             let in_rows = input.axes()[0].overlapping(region.start[0], region.shape[0]);
@@ -214,5 +220,6 @@ pub fn tasks(
                 }),
             })
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((tasks, total))
 }

@@ -120,6 +120,12 @@ impl Scheduler {
     /// returns only once none computes), and writes still in flight get [`WRITE_GRACE`] to
     /// land (each write is whole or absent).
     pub fn run(&self, tasks: Vec<Task>) -> Result<()> {
+        self.run_lazily(tasks.into_iter().map(Ok))
+    }
+
+    /// [`Scheduler::run`] over tasks made as they are started (a stage of many tasks never
+    /// holds them all); a task that cannot be made stops the stage with that error.
+    pub fn run_lazily(&self, tasks: impl Iterator<Item = Result<Task>>) -> Result<()> {
         let shared = Arc::new(Shared::new());
         let ctx = Arc::new(Ctx {
             pool: self.pool.clone(),
@@ -139,9 +145,20 @@ impl Scheduler {
     }
 
     /// Starts the tasks as memory allows and waits for them.
-    fn dispatch_and_wait(&self, ctx: &Arc<Ctx>, tasks: Vec<Task>) -> Result<()> {
+    fn dispatch_and_wait(
+        &self,
+        ctx: &Arc<Ctx>,
+        tasks: impl Iterator<Item = Result<Task>>,
+    ) -> Result<()> {
         let shared = &ctx.shared;
         for task in tasks {
+            let task = match task {
+                Ok(t) => t,
+                Err(e) => {
+                    shared.fail(e);
+                    break;
+                }
+            };
             if self.cancel.load(Ordering::SeqCst) {
                 shared.fail(Error::cancelled());
             }

@@ -16,7 +16,7 @@ pub(crate) fn rechunk(
     let src = &nodes[input];
     plan_ensure!(
         chunks.len() == src.shape.len(),
-        format!("{field}.chunks"),
+        chunks_field(&field),
         "chunks {chunks:?} have {} entries but \"{}\" has rank {}",
         chunks.len(),
         src.id,
@@ -25,7 +25,7 @@ pub(crate) fn rechunk(
     let sizes = chunk_sizes(chunks, &src.shape).ok_or_else(|| {
         let bad = chunks.iter().find(|&&c| c <= 0 && c != -1).copied();
         crate::error::Error::plan(
-            format!("{field}.chunks"),
+            chunks_field(&field),
             format!(
                 "chunk sizes must be positive (or -1 for the whole axis), got {}",
                 bad.unwrap_or_default()
@@ -38,9 +38,19 @@ pub(crate) fn rechunk(
         shape: src.shape.clone(),
         dtype: src.dtype,
         grid: ChunkGrid::regular(&src.shape, &sizes)
-            .map_err(|e| e.with_field(format!("{field}.chunks")))?,
+            .map_err(|e| e.with_field(chunks_field(&field)))?,
         kind: NodeKind::Rechunk { input },
     })
+}
+
+/// Where a rechunk's sizes are: its `chunks`, or the command-line option a rechunk job
+/// was built from (`--chunks`), which is the sizes itself.
+fn chunks_field(field: &str) -> String {
+    if field.starts_with("--") {
+        field.to_string()
+    } else {
+        format!("{field}.chunks")
+    }
 }
 
 /// The chunk shape `chunks` (one size per axis, -1 for the whole axis) gives an array of

@@ -28,7 +28,15 @@ pub(super) fn describe(e: &object_store::Error) -> String {
                 chain(other)
             )
         }
-        other => chain(other),
+        other => {
+            let text = chain(other);
+            if text.contains("URL scheme is not allowed") {
+                // reqwest refuses plain http unless the store allows it.
+                format!("{text}: the endpoint is plain http; set AWS_ALLOW_HTTP=true to allow it")
+            } else {
+                text
+            }
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 //! cloud's standard environment variables; with no credentials in the environment, requests
 //! go unsigned (public buckets). Transient failures (5xx, dropped connections, requests that
 //! time out) are retried with exponential backoff; `CHUNKFUSE_IO_RETRIES` and
-//! `CHUNKFUSE_IO_RETRY_TIMEOUT_S` override the defaults (10 retries within 60 s).
+//! `CHUNKFUSE_IO_RETRY_TIMEOUT_S` override the defaults (retried for 60 s, at most 100
+//! times).
 //!
 //! A server that accepts the connection and never answers fails a request after the request
 //! timeout (`CHUNKFUSE_IO_TIMEOUT_S`, 30 s); connecting gives up after the connect timeout

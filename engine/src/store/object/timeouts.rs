@@ -11,6 +11,11 @@ use crate::error::{Error, Result};
 /// The longest wait between two retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// Retries of one request, unless `CHUNKFUSE_IO_RETRIES` says otherwise: more than the retry
+/// window holds at [`MAX_BACKOFF`], so the window, not the count, ends them (object_store's
+/// jittered backoff spends a count of 10 within a second, too soon to ride out a restart).
+const DEFAULT_RETRIES: usize = 100;
+
 /// How long object-storage requests may take (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timeouts {
@@ -95,7 +100,7 @@ pub(super) fn retry_config(timeouts: &Timeouts) -> RetryConfig {
             max_backoff: MAX_BACKOFF,
             base: 2.0,
         },
-        max_retries: 10,
+        max_retries: DEFAULT_RETRIES,
         retry_timeout: timeouts.retry,
     };
     if let Some(n) = env_seconds("CHUNKFUSE_IO_RETRIES") {

@@ -5,7 +5,7 @@
 //! power) may differ from the CPU's in the last unit of a float64.
 //!
 //! Programs with complex values or integer powers (whose negative exponents the CPU reports
-//! as an error) have no source: they run on the CPU.
+//! as an error) have no source: they run on the CPU, and [`NoGpuForm`] says why.
 
 use std::fmt::Write;
 
@@ -318,53 +318,96 @@ __device__ __forceinline__ u64 cf_f2u_wrapping(double x) {
 }
 "#;
 
+/// Why a program has no GPU form (it runs on the CPU), in words for the run's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoGpuForm(pub String);
+
+impl NoGpuForm {
+    fn new(reason: impl Into<String>) -> Self {
+        NoGpuForm(reason.into())
+    }
+}
+
+/// The name of a register's working type, for [`NoGpuForm`].
+fn work_name(w: Work) -> &'static str {
+    match w {
+        Work::B => "bool",
+        Work::I => "int",
+        Work::U => "uint64",
+        Work::F => "float",
+    }
+}
+
 /// The CUDA C source of `prog` over regions of rank `rank`, writing `out` values of the
-/// program's dtype; `None` when some instruction has no GPU form (see the module docs).
+/// program's dtype; [`NoGpuForm`] when some instruction has none (see the module docs).
 ///
 /// The kernel `cf_eval(out, leaf0, …, geom, general, n)` evaluates `n` values; each leaf
 /// points at the element of the region's origin. `geom` holds the region's shape (`rank`
 /// values), then every leaf's `rank` element strides; they are read only when `general` is
 /// set, else every leaf is laid out as the output (C-contiguous) and value `i` is element `i`.
-pub fn kernel_source(prog: &Program, leaf_dtypes: &[DType], rank: usize) -> Option<String> {
+pub fn kernel_source(
+    prog: &Program,
+    leaf_dtypes: &[DType],
+    rank: usize,
+) -> Result<String, NoGpuForm> {
+    let complex = |dtype: DType| NoGpuForm::new(format!("complex values ({dtype}) run on the CPU"));
     let out_dtype = prog.dtype();
-    let out_store = storage_type(out_dtype)?;
-    let out_work = Work::of(out_dtype)?;
+    let out_store = storage_type(out_dtype).ok_or_else(|| complex(out_dtype))?;
+    let out_work = Work::of(out_dtype).ok_or_else(|| complex(out_dtype))?;
+    let malformed = || NoGpuForm::new("the program refers to a register it has not computed");
     let mut body = String::new();
     let mut works: Vec<Work> = Vec::with_capacity(prog.insts.len());
     for (k, inst) in prog.insts.iter().enumerate() {
-        let work = Work::of(inst.dtype())?;
+        let work = Work::of(inst.dtype()).ok_or_else(|| complex(inst.dtype()))?;
         let value = match inst {
             Inst::Load { leaf, dtype } => {
                 if leaf_dtypes.get(*leaf) != Some(dtype) {
-                    return None;
+                    return Err(NoGpuForm::new(format!(
+                        "input {leaf} is loaded as {dtype} but arrives as {}",
+                        leaf_dtypes
+                            .get(*leaf)
+                            .map_or("nothing".to_string(), |d| d.to_string())
+                    )));
                 }
-                let store = storage_type(*dtype)?;
+                let store = storage_type(*dtype).ok_or_else(|| complex(*dtype))?;
                 let v = format!("((const {store}*)l{leaf})[o{leaf}]");
                 match work {
                     Work::B => format!("({v} != 0)"),
                     _ => format!("({})({v})", work.c_type()),
                 }
             }
-            Inst::Const { value, dtype } => const_literal(*value, *dtype, work)?,
+            Inst::Const { value, dtype } => const_literal(*value, *dtype, work)
+                .ok_or_else(|| NoGpuForm::new("complex constants run on the CPU"))?,
             Inst::Cast { arg, to } => {
-                let from = *works.get(*arg)?;
+                let from = *works.get(*arg).ok_or_else(malformed)?;
                 narrow(&cast(&format!("r{arg}"), from, work, *to), work, *to)
             }
             Inst::Call { func, sig, args } => {
-                let typed: Option<Vec<(String, Work)>> = args
+                let typed: Vec<(String, Work)> = args
                     .iter()
                     .map(|&r| works.get(r).map(|w| (format!("r{r}"), *w)))
-                    .collect();
-                narrow(&call(*func, &typed?, work)?, work, sig.result)
+                    .collect::<Option<_>>()
+                    .ok_or_else(malformed)?;
+                let code = call(*func, &typed, work).ok_or_else(|| {
+                    let kinds: Vec<&str> = typed.iter().map(|(_, w)| work_name(*w)).collect();
+                    NoGpuForm::new(format!(
+                        "{} of {} values has no GPU form",
+                        func.name(),
+                        kinds.join(", ")
+                    ))
+                })?;
+                narrow(&code, work, sig.result)
             }
         };
         let _ = writeln!(body, "        const {} r{k} = {value};", work.c_type());
         works.push(work);
     }
     if works.last() != Some(&out_work) {
-        return None;
+        return Err(NoGpuForm::new(
+            "the program's last value is not of its dtype",
+        ));
     }
-    let last = prog.insts.len().checked_sub(1)?;
+    let last = prog.insts.len().checked_sub(1).ok_or_else(malformed)?;
     let result = match out_work {
         Work::B => format!("(unsigned char)(r{last} ? 1 : 0)"),
         _ => format!("({out_store})r{last}"),
@@ -401,7 +444,7 @@ pub fn kernel_source(prog: &Program, leaf_dtypes: &[DType], rank: usize) -> Opti
     src.push_str(&body);
     let _ = writeln!(src, "        out[i] = {result};");
     src.push_str("    }\n}\n");
-    Some(src)
+    Ok(src)
 }
 
 #[cfg(test)]
@@ -468,7 +511,8 @@ mod tests {
                 dtype: DType::C64,
             }],
         };
-        assert!(kernel_source(&complex, &[DType::C64], 1).is_none());
+        let why = kernel_source(&complex, &[DType::C64], 1).unwrap_err();
+        assert_eq!(why.0, "complex values (complex64) run on the CPU");
         let int_power = Program {
             insts: vec![
                 Inst::Load {
@@ -485,11 +529,13 @@ mod tests {
                 },
             ],
         };
-        assert!(kernel_source(&int_power, &[DType::I32], 1).is_none());
+        let why = kernel_source(&int_power, &[DType::I32], 1).unwrap_err();
+        assert_eq!(why.0, "power of int, int values has no GPU form");
     }
 
     #[test]
     fn a_leaf_of_another_dtype_than_loaded_has_no_source() {
-        assert!(kernel_source(&f32_add_one(), &[DType::F64], 1).is_none());
+        let why = kernel_source(&f32_add_one(), &[DType::F64], 1).unwrap_err();
+        assert_eq!(why.0, "input 0 is loaded as float32 but arrives as float64");
     }
 }

@@ -182,7 +182,7 @@ impl Gpu {
         leaf_dtypes: &[DType],
         rank: usize,
     ) -> Result<Option<GpuKernel>> {
-        let Some(src) = kernel_source(prog, leaf_dtypes, rank) else {
+        let Ok(src) = kernel_source(prog, leaf_dtypes, rank) else {
             return Ok(None);
         };
         let mut cache = self
