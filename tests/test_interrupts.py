@@ -253,6 +253,40 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="signals to a child process")
+def test_engine_calls_on_other_threads_stop_when_interrupted(
+    stalling: tuple[_StallingServer, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read on a thread of its own (as Dask's pool runs engine batches) sees no Ctrl-C of
+    its own; `interrupt_calls` (which `chunkfuse.dask.enabled()` calls when Ctrl-C ends its
+    block) stops it as Ctrl-C stops the main thread's."""
+    server, _ = stalling
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            chunkfuse.read(f"{server.url}/a.zarr")
+        except BaseException as e:
+            raised.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert server.stalled.wait(30), ("no request stalled", raised)
+    sent = time.monotonic()
+    chunkfuse._engine.interrupt_calls()
+    reader.join(30)
+    assert not reader.is_alive() and time.monotonic() - sent < PROMPT
+    assert [type(e) for e in raised] == [KeyboardInterrupt], raised
+
+    import chunkfuse.dask.setting as setting
+    from chunkfuse.dask import enabled
+
+    calls: list[int] = []
+    monkeypatch.setattr(setting._engine, "interrupt_calls", lambda: calls.append(1))
+    with pytest.raises(KeyboardInterrupt), enabled():
+        raise KeyboardInterrupt
+    assert calls == [1]
+
+
 def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly() -> None:
     """The engine call returned on Ctrl-C after its half second of grace for writes while a
     user function still ran on a compute thread; when the function returned, the

@@ -7,15 +7,25 @@
 //! here. The calling thread always waits for the work to return, so nothing the call borrowed
 //! (an output buffer) is used after it returns.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 
 use chunkfuse_engine::cancel;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError};
 use pyo3::prelude::*;
 
 use crate::to_py;
+
+/// Raised by [`interrupt_all`]: calls that began before it stop as if Ctrl-C reached them.
+static INTERRUPTS: AtomicU64 = AtomicU64::new(0);
+
+/// Stops every engine call of this process in progress, as Ctrl-C stops the one on the main
+/// thread: those on other threads (a Dask scheduler's pool running engine batches) see no
+/// signal of their own.
+pub fn interrupt_all() {
+    INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+}
 
 /// Runs `job` behind the gate and converts its error (see the module doc).
 pub fn call<T: Send>(
@@ -36,6 +46,7 @@ pub fn run<T: Send>(
     mut tick: impl FnMut() -> PyResult<()>,
 ) -> PyResult<chunkfuse_engine::Result<T>> {
     let (tx, rx) = mpsc::channel::<()>();
+    let epoch = INTERRUPTS.load(Ordering::SeqCst);
     std::thread::scope(|scope| {
         let worker_flag = flag.clone();
         let worker = std::thread::Builder::new()
@@ -59,7 +70,17 @@ pub fn run<T: Send>(
             match received {
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) if interrupted.is_none() => {
-                    if let Err(e) = py.check_signals().and_then(|()| tick()) {
+                    let interrupted_elsewhere = || {
+                        if INTERRUPTS.load(Ordering::SeqCst) == epoch {
+                            Ok(())
+                        } else {
+                            Err(PyKeyboardInterrupt::new_err(
+                                "interrupted: Ctrl-C reached another thread of this process",
+                            ))
+                        }
+                    };
+                    let checked = py.check_signals().and_then(|()| interrupted_elsewhere());
+                    if let Err(e) = checked.and_then(|()| tick()) {
                         flag.store(true, Ordering::SeqCst);
                         interrupted = Some(e);
                     }

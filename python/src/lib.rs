@@ -105,6 +105,13 @@ fn device_info(py: Python<'_>, device: &str) -> PyResult<String> {
     .map_err(to_py)
 }
 
+/// Stops every engine call of this process in progress, as Ctrl-C stops the main thread's
+/// (each raises KeyboardInterrupt once its work has stopped).
+#[pyfunction]
+fn interrupt_calls() {
+    gate::interrupt_all();
+}
+
 /// Bytes in a size such as `"2GB"`, `"512MiB"` or `"1000"`; a bad size is a ValueError
 /// saying what is wrong with it (the caller names the argument).
 #[pyfunction]
@@ -194,6 +201,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reading::decode_cf, m)?)?;
     m.add_class::<job::PyJob>()?;
     m.add_function(wrap_pyfunction!(set_io, m)?)?;
+    m.add_function(wrap_pyfunction!(interrupt_calls, m)?)?;
     m.add_function(wrap_pyfunction!(io_mode, m)?)?;
     m.add_function(wrap_pyfunction!(set_io_timeouts, m)?)?;
     m.add("__version__", chunkfuse_engine::VERSION)?;

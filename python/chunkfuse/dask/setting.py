@@ -15,6 +15,7 @@ import dask
 import dask.array.optimization
 from dask.delayed import optimize as optimize_delayed
 
+from chunkfuse import _engine
 from chunkfuse.sizes import budget_bytes
 
 from .batched import BatchedOptions, rewrite
@@ -76,9 +77,16 @@ def enabled(
     anything runs). `work_dir`: where scratch arrays, intermediates and partial states go,
     storage every worker sees (default: the system temporary directory). Each stage is cut
     into about `batches_per_worker` batches per worker thread. Rechunks made within the block
-    use Dask's task method (which the engine runs) rather than a P2P shuffle."""
+    use Dask's task method (which the engine runs) rather than a P2P shuffle. Ctrl-C within
+    the block stops the batches Dask's local pools still run in this process too."""
     with dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device)):
-        yield
+        try:
+            yield
+        except KeyboardInterrupt:
+            # Dask's pool threads run on after the main thread's interrupt; their engine
+            # calls see no signal of their own.
+            _engine.interrupt_calls()
+            raise
 
 
 def enable(
