@@ -7,6 +7,9 @@ budget the workers cannot hold is refused before anything runs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -183,10 +186,51 @@ def test_a_value_error_in_a_batch_is_a_value_error_as_in_dask(tmp_path: Path) ->
     x = da.from_zarr(z)
     with pytest.raises(ValueError):
         da.nanargmax(x, axis=2).compute(scheduler="sync")
-    with chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")):
+    work = tmp_path / "work"
+    with chunkfuse.dask.enabled(work_dir=str(work)):
         with pytest.raises(ValueError, match="(?i)all-NaN slice") as raised:
             da.nanargmax(x, axis=2).compute(scheduler="sync")
     assert isinstance(raised.value, BatchFailed), type(raised.value).__mro__
+    assert list(work.iterdir()) == [], "a failed compute's scratch was left"
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_a_failed_compute_leaves_no_scratch(tmp_path: Path, scheduler: str) -> None:
+    """A batch fails while others still run in the pool: the graph's scratch (its
+    intermediates and the job's work directory) goes once they have returned."""
+    a = np.ones((16, 30, 40), np.float32)
+    a[9, 2, :] = np.nan
+    z = zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(1, 30, 20))
+    work = tmp_path / "work"
+    chunkfuse.dask.enable(work_dir=str(work))
+    try:
+        y = da.nanargmax(da.sin(da.from_zarr(z)).rechunk((16, 5, 40)) + 1, axis=2)
+        with pytest.raises(ValueError, match="(?i)all-NaN slice"):
+            y.compute(scheduler=scheduler)
+    finally:
+        chunkfuse.dask.disable()
+    deadline = time.monotonic() + 30
+    while list(work.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(work.iterdir()) == []
+
+
+def test_a_graph_optimised_but_never_computed_leaves_no_scratch_at_exit(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    script = f"""
+import dask, dask.array as da, numpy as np, os, zarr, chunkfuse.dask
+z = zarr.create_array({str(tmp_path / "x.zarr")!r}, data=np.ones((40, 100)), chunks=(10, 100))
+x = da.from_zarr(z)
+with chunkfuse.dask.enabled(work_dir={str(work)!r}):
+    (kept,) = dask.optimize(da.sin(x).rechunk((40, 10)) + 1)
+print(len(os.listdir({str(work)!r})))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1", "the rewrite made no scratch: nothing is tested"
+    assert list(work.iterdir()) == []
 
 
 def test_a_cluster_without_workers_is_named_and_local_schedulers_ignore_it(

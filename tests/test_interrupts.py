@@ -95,16 +95,22 @@ def stalling(tmp_path: Path) -> Iterator[tuple[_StallingServer, np.ndarray]]:
         server.server_close()
 
 
-def _interrupted_after(call: Callable[[], Any], server: _StallingServer) -> float:
+def _interrupted_after(
+    call: Callable[[], Any], server: _StallingServer, *, as_a_signal: bool = False
+) -> float:
     """Runs `call`, sends this process a Ctrl-C once a request stalls; returns the seconds from
-    the Ctrl-C to the KeyboardInterrupt."""
+    the Ctrl-C to the KeyboardInterrupt. `as_a_signal`: a real SIGINT, which (unlike
+    `interrupt_main`) also wakes a main thread blocked on a lock, as Dask's scheduler waits."""
     sent: list[float] = []
 
     def interrupt() -> None:
         if server.stalled.wait(30):
             time.sleep(0.2)
             sent.append(time.monotonic())
-            _thread.interrupt_main(signal.SIGINT)
+            if as_a_signal:
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                _thread.interrupt_main(signal.SIGINT)
 
     # A process started in the background by a non-interactive shell (a CI runner's job)
     # inherits SIGINT ignored, and Python then installs no handler: Ctrl-C is what this tests,
@@ -285,6 +291,40 @@ def test_engine_calls_on_other_threads_stop_when_interrupted(
     with pytest.raises(KeyboardInterrupt), enabled():
         raise KeyboardInterrupt
     assert calls == [1]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals to a child process")
+def test_ctrl_c_ending_a_dask_compute_under_enable_stops_its_pool_s_engine_calls(
+    stalling: tuple[_StallingServer, np.ndarray],
+) -> None:
+    """Under `chunkfuse.dask.enable()` (no block to catch the interrupt), Ctrl-C ending a
+    compute on Dask's threaded scheduler stops the engine call its pool thread still runs."""
+    import chunkfuse.dask
+    import dask
+
+    server, _ = stalling
+    raised: list[tuple[BaseException, float]] = []
+
+    def read() -> None:
+        try:
+            chunkfuse.read(f"{server.url}/a.zarr")
+        except BaseException as e:
+            raised.append((e, time.monotonic()))
+            raise
+
+    chunkfuse.dask.enable()
+    try:
+        _interrupted_after(
+            lambda: dask.delayed(read)().compute(scheduler="threads"), server, as_a_signal=True
+        )
+        ended = time.monotonic()
+        deadline = ended + 30
+        while not raised and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        chunkfuse.dask.disable()
+    assert [type(e) for e, _ in raised] == [KeyboardInterrupt], raised
+    assert raised[0][1] - ended < PROMPT
 
 
 def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly() -> None:

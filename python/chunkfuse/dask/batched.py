@@ -39,6 +39,7 @@ from chunkfuse.distributed.batch import (
 from chunkfuse.distributed.coordinator import batch_budget
 from chunkfuse.distributed.runtime import WorkerShape, default_threads
 
+from . import scratch as scratch_record
 from .graph import as_task_graph
 from .runner import engine_plan, select_native
 from .symbols import Blk, Store, Stored
@@ -139,6 +140,8 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
     base = options.work_dir or tempfile.gettempdir()
     os.makedirs(base, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="chunkfuse-dask-", dir=base)
+    token = uuid.uuid4().hex[:10]
+    scratch_record.opened(token, scratch)
     planned = engine_plan(selection.interp, selection.todo, scratch)
     text = json.dumps(planned.plan)
     key = JobKey(
@@ -146,13 +149,13 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         params=(),
         max_mem=batch_budget(options.max_mem, shape, "chunkfuse.dask"),
         threads=shape.batch_threads,
-        work_dir=base,
+        # The job's work directory inside its scratch: one removal ends both.
+        work_dir=scratch,
         device=options.device,
         spread=shape.workers * shape.threads,
         run=uuid.uuid4().hex,
     )
     job = key.prepare()
-    token = uuid.uuid4().hex[:10]
     out: dict[Hashable, Any] = {k: v for k, v in graph.items() if k not in selection.covered}
     barrier: str | None = None
     want = max(1, shape.workers * shape.threads * options.batches_per_worker)
@@ -164,7 +167,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
         for i, (s, e) in enumerate(batches):
             spec = BatchSpec(key, "dask", stage, i, len(batches), s, e, cut["label"], None, given)
             name = f"chunkfuse-batch-{token}-{stage}-{i}"
-            out[name] = Task(name, _run_after, spec, *_refs(barrier))
+            out[name] = Task(name, _run_after, token, spec, *_refs(barrier))
             names.append(name)
         merges = []
         for i, part in enumerate(cut["merges"]):
@@ -172,7 +175,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
                 key, "dask", stage, i, len(cut["merges"]), 0, 0, cut["label"], part, tuple(batches)
             )
             name = f"chunkfuse-merge-{token}-{stage}-{i}"
-            out[name] = Task(name, _run_after, spec, *(TaskRef(n) for n in names))
+            out[name] = Task(name, _run_after, token, spec, *(TaskRef(n) for n in names))
             merges.append(name)
         barrier = f"chunkfuse-stage-{token}-{stage}"
         out[barrier] = Task(barrier, _barrier, *(TaskRef(n) for n in names + merges))
@@ -184,9 +187,15 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
             name = f"chunkfuse-read-{token}-{len(readers)}"
             out[name] = Task(name, _read_block, url, sym.region, *_refs(barrier))
             readers[k] = name
-    finish = f"chunkfuse-finish-{token}"
+    finish = f"{scratch_record.FINISH_PREFIX}{token}"
     out[finish] = Task(
-        finish, _finish, key, scratch, *_refs(barrier), *(TaskRef(r) for r in readers.values())
+        finish,
+        _finish,
+        key,
+        token,
+        scratch,
+        *_refs(barrier),
+        *(TaskRef(r) for r in readers.values()),
     )
     for k, sym in planned.roots.items():
         if k in readers:
@@ -202,12 +211,13 @@ def _refs(key: str | None) -> tuple[TaskRef, ...]:
     return () if key is None else (TaskRef(key),)
 
 
-def _run_after(spec: BatchSpec, *before: Any) -> dict[str, Any]:
-    """Runs a batch once what it waits for has run; a merge that one of the batches before
-    it did already (see `BatchSpec`) is not run again."""
+def _run_after(token: str, spec: BatchSpec, *before: Any) -> dict[str, Any]:
+    """Runs a batch of the graph `token` once what it waits for has run; a merge that one of
+    the batches before it did already (see `BatchSpec`) is not run again."""
     if spec.merge is not None and spec.merge in merged_by_batches(before):
         return {"stage": spec.stage, "merge": spec.merge, "tasks": 0, "merged": []}
-    return run_batch(spec)
+    with scratch_record.batch_running(token):
+        return run_batch(spec)
 
 
 def _barrier(*summaries: Any) -> int:
@@ -221,10 +231,11 @@ def _read_block(url: str, region: tuple[tuple[int, int], ...], _stage: Any) -> n
     return np.asarray(arr[tuple(slice(a, b) for a, b in region)])
 
 
-def _finish(key: JobKey, scratch: str, *_read: Any) -> None:
-    """Completes the job's targets and removes its work and scratch directories."""
+def _finish(key: JobKey, token: str, scratch: str, *_read: Any) -> None:
+    """Completes the job's targets and removes its scratch (its work directory within)."""
     key.attach().finish()
     shutil.rmtree(scratch, ignore_errors=True)
+    scratch_record.finished(token)
 
 
 def _after(value: Any, _finished: Any) -> Any:

@@ -6,19 +6,23 @@ with each graph's optimiser, to the scheduler when dask.distributed materialises
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import dask
 import dask.array.optimization
+from dask.callbacks import Callback
 from dask.delayed import optimize as optimize_delayed
 
 from chunkfuse import _engine
 from chunkfuse.sizes import budget_bytes
 
+from . import scratch
 from .batched import BatchedOptions, rewrite
+from .scratch import FINISH_PREFIX
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,26 @@ def _settings(
     }
 
 
+class _AfterAFailedCompute(Callback):
+    """When a compute Dask's local schedulers run in this process fails, its graphs' scratch
+    goes (see `scratch`); when Ctrl-C ended it, the engine batches their pool threads still
+    run stop too: those calls see no signal of their own, and would otherwise finish their
+    whole batch after the KeyboardInterrupt reached the user."""
+
+    def _finish(self, dsk: Any, state: Any, errored: bool) -> None:
+        if not errored:
+            return
+        # Dask calls this from the `finally` of its scheduling loop: the exception that ends
+        # the loop is the one being handled.
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            _engine.interrupt_calls()
+        scratch.abandon(k for k in dsk if isinstance(k, str) and k.startswith(FINISH_PREFIX))
+
+
+#: Registered while `enable()` is in force.
+_after_a_failure = _AfterAFailedCompute()
+
+
 @contextmanager
 def enabled(
     *,
@@ -79,7 +103,10 @@ def enabled(
     into about `batches_per_worker` batches per worker thread. Rechunks made within the block
     use Dask's task method (which the engine runs) rather than a P2P shuffle. Ctrl-C within
     the block stops the batches Dask's local pools still run in this process too."""
-    with dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device)):
+    with (
+        dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device)),
+        _AfterAFailedCompute(),
+    ):
         try:
             yield
         except KeyboardInterrupt:
@@ -96,8 +123,10 @@ def enable(
     batches_per_worker: int = 4,
     device: str = "cpu",
 ) -> None:
-    """`enabled(...)` for the rest of the process (until `disable()`)."""
+    """`enabled(...)` for the rest of the process (until `disable()`), Ctrl-C included: when
+    it ends a compute, the engine batches Dask's local pools still run in this process stop."""
     dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device))
+    _after_a_failure.register()  # a set's member: once however often enable() is called
 
 
 def disable() -> None:
@@ -105,3 +134,5 @@ def disable() -> None:
     dask.config.set(
         {"array_optimize": None, "delayed_optimize": None, "array.rechunk.method": None}
     )
+    with suppress(KeyError):  # not enabled
+        _after_a_failure.unregister()
