@@ -306,6 +306,55 @@ def test_a_dataset_variable_that_is_not_stored_is_refused(tmp_path: Path, era5: 
     assert not (tmp_path / "out.zarr").exists()
 
 
+@pytest.mark.parametrize(
+    "how",
+    ["open_zarr", "open_dataset", "chunk", "load"],
+)
+def test_a_dataset_as_opened_rechunks(tmp_path: Path, era5: Path, how: str) -> None:
+    """Opened lazily or with Dask, rechunked with `Dataset.chunk`, or loaded: the variables
+    are still the stored arrays (time decoded, int16 packed), and the copy is the source."""
+    opened = {
+        "open_zarr": lambda: xr.open_zarr(era5),
+        "open_dataset": lambda: xr.open_dataset(era5, engine="zarr"),
+        "chunk": lambda: xr.open_zarr(era5).chunk(time=5),
+        "load": lambda: xr.open_zarr(era5).load(),
+    }[how]()
+    chunkfuse.rechunk(opened, tmp_path / "out.zarr", ERA5_CHUNKS)
+    xr.testing.assert_identical(open_quietly(tmp_path / "out.zarr"), xr.open_zarr(era5).load())
+
+
+def _values_changed_in_memory(ds: xr.Dataset) -> xr.Dataset:
+    ds = ds.load()
+    ds["t2m"].values[0, 0, 0] += 1
+    return ds
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda ds: ds.isel(time=slice(0, 4)), "its shape .* is not the stored"),
+        (lambda ds: ds.isel(latitude=slice(None, None, -1)), "computed after opening"),
+        (lambda ds: ds.assign(t2m=ds.t2m * 2), "computed after opening \\(by mul\\)"),
+        (
+            lambda ds: xr.open_dataset(ds.encoding["source"], engine="zarr").isel(
+                latitude=slice(None, None, -1)
+            ),
+            "selected after opening",
+        ),
+        (_values_changed_in_memory, "values in memory are not the stored ones"),
+    ],
+    ids=["isel", "reversed", "assign", "lazy-reversed", "changed-in-memory"],
+)
+def test_a_dataset_changed_after_opening_is_refused(
+    tmp_path: Path, era5: Path, change: Any, why: str
+) -> None:
+    """The store's arrays are what a Dataset rechunk copies: a Dataset no longer equal to
+    them would be silently replaced by them, so it is refused, naming the variable."""
+    with pytest.raises(ValueError, match=f"variable \\w+ of the dataset is not the array .*{why}"):
+        chunkfuse.rechunk(change(xr.open_zarr(era5)), tmp_path / "out.zarr", ERA5_CHUNKS)
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_an_existing_target_is_refused_unless_overwrite(tmp_path: Path, era5: Path) -> None:
     other = np.arange(12.0).reshape(3, 4)
     target = tmp_path / "taken.zarr"

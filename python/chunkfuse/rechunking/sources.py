@@ -14,6 +14,8 @@ import zarr
 import chunkfuse._engine as _engine
 from chunkfuse.common.urls import engine_url, local_url
 
+from .as_stored import changed
+
 
 @dataclass(frozen=True)
 class Variable:
@@ -135,4 +137,14 @@ def _dataset(ds: Any) -> GroupSource:
     group = _open_group(url)
     if group is None:
         raise ValueError(f"source: the dataset's store {url} is not a Zarr group")
-    return _group(url, group, [str(n) for n in ds.variables])
+    source = _group(url, group, [str(n) for n in ds.variables])
+    arrays = dict(group.arrays())
+    for name, var in ds.variables.items():
+        why = changed(var, str(name), arrays[str(name)])
+        if why is not None:
+            raise ValueError(
+                f"source: variable {name} of the dataset is not the array stored in {url}: "
+                f"{why}; chunkfuse.rechunk copies stored variables (write the dataset with "
+                "to_zarr, or pass the store's path)"
+            )
+    return source
