@@ -276,6 +276,19 @@ def test_unknown_device_is_refused(spec: Any) -> None:
         (x + 1).compute(executor=RustExecutor(device="tpu"))
 
 
+def test_misspelt_options_and_no_workers_are_refused(spec: Any) -> None:
+    """A misspelt option would silently leave the budget the user meant unapplied."""
+    with pytest.raises(TypeError, match="unknown option\\(s\\) 'max_memory'"):
+        RustExecutor(max_memory="1MB")
+    x = xp.ones((4, 4), chunks=2, spec=spec)
+    for workers in (0, -2):
+        with pytest.raises(ValueError, match=f"max_workers must be at least 1, got {workers}"):
+            (x + 1).compute(executor=RustExecutor(max_workers=workers))
+    # Cubed's own executors' options run as they would there.
+    got = (x + 1).compute(executor=RustExecutor(retries=0, compute_arrays_in_parallel=True))
+    np.testing.assert_array_equal(got, np.full((4, 4), 2.0))
+
+
 def test_executor_equality_follows_options() -> None:
     assert RustExecutor(max_workers=2) == RustExecutor(max_workers=2)
     assert RustExecutor(max_workers=2) != RustExecutor(max_workers=1)
@@ -485,3 +498,56 @@ def test_float_arange_whose_step_does_not_divide_equals_cubed_s_own(spec: Any) -
     want = a.compute()
     np.testing.assert_array_equal(a.compute(executor=RustExecutor()), want)
     np.testing.assert_allclose(want, np.arange(0.0, 2.0, 0.1), rtol=0, atol=1e-15)
+
+
+FULL_CASES = {
+    "where": (lambda x, f: xp.where(x > 0.5, f(0.0), x), lambda a: np.where(a > 0.5, 0.0, a)),
+    "add": (lambda x, f: x + f(2.5), lambda a: a + 2.5),
+    "int-full": (
+        lambda x, f: (
+            xp.astype(x * 10, xp.int32)
+            - xp.full(x.shape, 3, dtype=xp.int32, chunks=x.chunksize, spec=x.spec)
+        ),
+        lambda a: (a * 10).astype("i4") - 3,
+    ),
+    "sum-of-full": (lambda x, f: xp.sum(f(1.5)), lambda a: np.float64(1.5 * a.size)),
+    "full-alone": (lambda x, f: f(7.0), lambda a: np.full(a.shape, 7.0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FULL_CASES))
+def test_full_arrays_equal_numpy(tmp_path: Path, spec: Any, case: str) -> None:
+    """`full(shape, v)` (xarray's nansum puts one in `where`) is read as its value wherever
+    it meets whole arrays, natively; where its shape matters the op still gives numpy's."""
+    a = np.random.default_rng(5).random((12, 10))
+    x = cubed.from_zarr(stored(tmp_path, "x.zarr", a, (4, 5)), spec=spec)
+
+    def full(v: float) -> Any:
+        return xp.full(x.shape, v, dtype=xp.float64, chunks=x.chunksize, spec=spec)
+
+    build, want = FULL_CASES[case]
+    ex = RustExecutor()
+    got = build(x, full).compute(executor=ex)
+    np.testing.assert_allclose(got, want(a), rtol=1e-12)
+    if case in ("where", "add", "int-full"):
+        assert ex.last_stats.python_ops == {}, ex.last_stats.python_ops
+
+
+def test_xarray_nansum_runs_natively(tmp_path: Path, spec: Any) -> None:
+    xr = pytest.importorskip("xarray")
+    a = np.random.default_rng(6).random((24, 6, 8)).astype("f4")
+    a[3, 2, 1] = np.nan
+    xr.Dataset({"t2m": (("time", "lat", "lon"), a)}).to_zarr(
+        tmp_path / "ds.zarr", encoding={"t2m": {"chunks": (6, 6, 8)}}, consolidated=False
+    )
+    ex = RustExecutor()
+    native = cubed.Spec(work_dir=spec.work_dir, allowed_mem="500MB", executor=ex)
+    ds = xr.open_zarr(
+        tmp_path / "ds.zarr",
+        chunked_array_type="cubed",
+        from_array_kwargs={"spec": native},
+        consolidated=False,
+    )
+    got = ds.t2m.sum("time").compute().values
+    np.testing.assert_allclose(got, np.nansum(a, axis=0), rtol=1e-5)
+    assert ex.last_stats.python_ops == {}, ex.last_stats.python_ops

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,16 @@ DEFAULT_ALLOWED_MEM = 2_000_000_000
 #: The smallest engine budget chosen from Cubed's projections (big enough for full speed on
 #: chunks of a few MB; see bench/RESULTS.md).
 MIN_ENGINE_BUDGET = 256_000_000
+
+
+def worker_count(options: dict[str, Any]) -> int:
+    """The compute threads RustExecutor's `options` ask for (`max_workers`; default all
+    cores); below 1 is refused."""
+    given = options.get("max_workers")
+    workers = int(os.cpu_count() or 1) if given is None else int(given)
+    if workers < 1:
+        raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
+    return workers
 
 
 @dataclass(frozen=True)

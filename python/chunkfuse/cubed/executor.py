@@ -20,7 +20,13 @@ from cubed.storage.zarr import LazyZarrArray
 
 import chunkfuse.iomode as iomode
 from chunkfuse.common.explanation import Explanation
-from chunkfuse.cubed.budget import Budget, batch_budget_of, engine_budget, engine_call
+from chunkfuse.cubed.budget import (
+    Budget,
+    batch_budget_of,
+    engine_budget,
+    engine_call,
+    worker_count,
+)
 from chunkfuse.cubed.events import TaskProgress
 from chunkfuse.cubed.explain import explain_arrays
 from chunkfuse.cubed.python_ops import create_array, create_arrays, run_python_op
@@ -75,7 +81,9 @@ class RustExecutor(DagExecutor):
     runtime such as `DaskRuntime(client)` or `LithopsRuntime(...)`; each batch's budget is
     `max_mem` or else Cubed's `allowed_mem − reserved_mem`, refused before anything runs when
     the workers cannot hold it; the spec's `work_dir` must be storage every worker sees, see
-    docs/distributed.md).
+    docs/distributed.md). Any other option is a TypeError naming it, except the options of
+    Cubed's local executors (`retries`, `use_backups`, `batch_size`,
+    `compute_arrays_in_parallel`), which are taken and ignored.
 
     Without `max_mem` the budget follows Cubed's memory model: `max_workers` times the largest
     `projected_mem − reserved_mem` of the plan's ops (what Cubed's own executors let run at
@@ -85,7 +93,19 @@ class RustExecutor(DagExecutor):
     budget plus a fixed baseline (see the README's memory paragraph).
     """
 
+    #: The options it takes (see the class doc).
+    OPTIONS = ("device", "io", "max_mem", "max_workers", "runtime")
+    #: Options of Cubed's local executors, taken so that code written for them runs, and
+    #: ignored: the engine retries storage itself and runs a plan's arrays together.
+    CUBED_OPTIONS = ("batch_size", "compute_arrays_in_parallel", "retries", "use_backups")
+
     def __init__(self, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(self.OPTIONS) - set(self.CUBED_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"RustExecutor: unknown option(s) {', '.join(map(repr, unknown))}: it takes "
+                f"{', '.join(self.OPTIONS)} (and ignores Cubed's {', '.join(self.CUBED_OPTIONS)})"
+            )
         super().__init__(**kwargs)
         self.last_stats = ExecutionStats()
 
@@ -116,9 +136,7 @@ class RustExecutor(DagExecutor):
             raise ValueError(f"RustExecutor: unknown device {device!r}: expected cpu, cuda or auto")
         # Before anything runs: a GPU asked for and missing is an error naming why.
         device_info(device)
-        workers = int(options.get("max_workers") or os.cpu_count() or 1)
-        if workers < 1:
-            raise ValueError(f"RustExecutor: max_workers must be at least 1, got {workers}")
+        workers = worker_count(options)
         runtime = options.get("runtime")
         max_mem = (
             engine_budget(spec, workers, options.get("max_mem"), dag)

@@ -11,7 +11,7 @@ from typing import Any
 from cubed.core.array import plan as finalized_plan
 
 from chunkfuse.common.explanation import EngineStep, Explanation, PythonStep
-from chunkfuse.cubed.budget import Budget, engine_budget, engine_call
+from chunkfuse.cubed.budget import Budget, engine_budget, engine_call, worker_count
 from chunkfuse.cubed.translate import CREATE_ARRAYS, Translation, translate
 from chunkfuse.engine_calls import explain_plan
 
@@ -22,7 +22,7 @@ def explain_arrays(arrays: tuple[Any, ...], options: dict[str, Any]) -> Explanat
         raise ValueError("RustExecutor.explain: give the arrays to explain")
     plan = finalized_plan(*arrays, optimize_graph=True)
     spec = arrays[0].spec
-    workers = int(options.get("max_workers") or os.cpu_count() or 1)
+    workers = worker_count(options)
     budget = engine_budget(spec, workers, options.get("max_mem"), plan.dag)
     device = str(options.get("device", "cpu"))
     work_dir = getattr(spec, "work_dir", None)

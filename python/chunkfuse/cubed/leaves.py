@@ -8,7 +8,12 @@ from typing import Any
 import numpy as np
 import zarr
 from cubed.storage.store import get_storage_name
-from cubed.storage.virtual import VirtualEmptyArray, VirtualInMemoryArray, VirtualOffsetsArray
+from cubed.storage.virtual import (
+    VirtualEmptyArray,
+    VirtualFullArray,
+    VirtualInMemoryArray,
+    VirtualOffsetsArray,
+)
 from cubed.storage.zarr import LazyZarrArray
 
 from chunkfuse.common.decoding import apply_decoding, decoded_array_behind
@@ -72,6 +77,14 @@ class LeafResolver:
             return Empty()
         if isinstance(target, VirtualInMemoryArray):
             return self._in_memory(name, target)
+        if isinstance(target, VirtualFullArray):
+            # `full(shape, v)` (xarray's nansum puts one into `where`): the value, broadcast
+            # wherever it meets whole arrays, as a 0-d operand is; ops that need its shape
+            # refuse constants.
+            dtype = np.dtype(target.dtype)
+            if dtype.kind not in "biufc":
+                return None
+            return Const(np.asarray(target.fill_value, dtype=dtype).item(), dtype)
         url = array_url(target)
         if url is None:
             return None
