@@ -18,6 +18,7 @@ from typing import Any
 import chunkfuse
 import numpy as np
 import pytest
+import zarr
 from conftest import (
     Cli,
     assert_no_partial_files,
@@ -607,3 +608,21 @@ def test_ctrl_c_exits_130_without_partial_chunks(chunkfuse_bin: Path, tmp_path: 
         pytest.skip("rechunk completed before SIGINT took effect")
     assert proc.returncode == 130, f"exit status {proc.returncode}, stderr:\n{err.decode()}"
     assert_no_partial_files(target)
+
+
+@pytest.mark.parametrize(
+    "threads, error, message",
+    [(-1, ValueError, "got -1"), (1.5, TypeError, "got 1.5"), (True, TypeError, "got True")],
+)
+def test_a_bad_thread_count_is_named_before_anything_runs(
+    tmp_path: Path, threads: Any, error: type[Exception], message: str
+) -> None:
+    src = tmp_path / "a.zarr"
+    zarr.create_array(str(src), data=np.ones((4, 4), "f4"), chunks=(2, 2))
+    for call in (
+        lambda: chunkfuse.read(str(src), threads=threads),
+        lambda: chunkfuse.rechunk(src, tmp_path / "out.zarr", (4, 4), threads=threads),
+    ):
+        with pytest.raises(error, match=f"threads: .*{message}"):
+            call()
+    assert not (tmp_path / "out.zarr").exists()

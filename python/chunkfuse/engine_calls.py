@@ -10,7 +10,7 @@ from typing import Any
 
 import chunkfuse._engine as _engine
 import chunkfuse.iomode as iomode
-from chunkfuse.sizes import budget_bytes
+from chunkfuse.sizes import budget_bytes, thread_count
 
 
 def engine_version() -> str:
@@ -57,6 +57,7 @@ def run_plan(
     iomode.apply(io)
     text = plan if isinstance(plan, str) else json.dumps(plan)
     budget = budget_bytes(max_mem, "max_mem")
+    threads = thread_count(threads)
     summary = _engine.run_plan(
         text, dict(params or {}), budget, threads, work_dir, progress, resume, device
     )
@@ -80,4 +81,5 @@ def explain_plan(
     not. Plan errors raise as `run_plan`'s do."""
     text = plan if isinstance(plan, str) else json.dumps(plan)
     budget = budget_bytes(max_mem, "max_mem")
+    threads = thread_count(threads)
     return json.loads(_engine.explain_plan(text, dict(params or {}), budget, threads, device))

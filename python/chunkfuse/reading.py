@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 import chunkfuse._engine as _engine
 import chunkfuse.iomode as iomode
+from chunkfuse.sizes import thread_count
 
 __all__ = ["ArrayReader", "ChunkCache", "read", "read_windows"]
 
@@ -50,6 +51,7 @@ def _fill(
 ) -> npt.NDArray[Any]:
     """The windows of `size` at `starts`, read into `out` (or a new array), returned as an
     ``(n, *size)`` array."""
+    threads = thread_count(threads)
     dtype = np.dtype(reader.dtype)
     shape = (len(starts), *size)
     if out is None:

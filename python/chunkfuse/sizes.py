@@ -29,3 +29,13 @@ def budget_bytes(value: int | str | None, name: str = "max_mem") -> int | None:
         f"{name} must be a number of bytes or text such as '1GB' or '512MiB', "
         f"got {type(value).__name__} {value!r}"
     )
+
+
+def thread_count(value: object, name: str = "threads") -> int:
+    """`value` as a count of threads (0: one per core), or a ValueError/TypeError naming
+    `name` and what was given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected a whole number of threads, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name}: expected 0 (one per core) or more threads, got {value}")
+    return int(value)
