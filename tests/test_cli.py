@@ -122,6 +122,23 @@ def test_info_of_a_group_describes_each_array(cli: Cli, tmp_path: Path) -> None:
     assert "a Zarr v2 group of 2 array(s)" in text and "t2m" in text, text
 
 
+def test_a_group_with_nested_groups_is_described_and_its_rechunk_names_the_group(
+    cli: Cli, tmp_path: Path
+) -> None:
+    root = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
+    root.create_array("top", shape=(10,), chunks=(5,), dtype="f4")[:] = 1
+    root.create_group("sub").create_array("inner", shape=(4,), chunks=(2,), dtype="i4")[:] = 1
+    group = cli("info", tmp_path / "g.zarr", "--json").json()
+    assert [a["name"] for a in group["arrays"]] == ["top"] and group["groups"] == ["sub"]
+    text = cli("info", tmp_path / "g.zarr").stdout
+    assert "group of 1 array(s) and 1 nested group(s)" in text and "sub" in text, text
+    refused = cli(
+        "rechunk", tmp_path / "g.zarr", tmp_path / "out.zarr", "--chunks", "dim_0=2", expect_rc=2
+    )
+    assert 'nested group "sub";' in refused.stderr, refused.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
 RECHUNK_CASES: list[tuple[list[str], dict[str, Any]]] = [
     ([], {"codec": "zstd", "level": 3}),
     (["--codec", "zstd:1"], {"codec": "zstd", "level": 1}),

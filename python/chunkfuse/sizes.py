@@ -8,9 +8,10 @@ import chunkfuse._engine as _engine
 
 
 def budget_bytes(value: int | str | None, name: str = "max_mem") -> int | None:
-    """Bytes in ``value``: an integer, or text such as ``"1GB"`` (decimal units: KB, MB, GB,
-    powers of 1000), ``"512MiB"`` (binary: KiB, MiB, GiB, and the bare K, M, G, powers of
-    1024) or ``"1000000"``; None stays None. Bad values raise ValueError (TypeError for a
+    """Bytes in ``value``: an integer, or text such as ``"1GB"`` (decimal units as in Dask
+    and Cubed: KB, MB, GB, TB, PB and the bare K, M, G, T, P, powers of 1000), ``"512MiB"``
+    (binary: KiB, MiB, GiB, TiB, PiB, or Ki, Mi, ..., powers of 1024) or ``"1000000"``; None
+    stays None. Bad values raise ValueError (TypeError for a
     value of another type) naming the argument ``name``."""
     if value is None:
         return None

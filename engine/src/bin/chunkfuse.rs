@@ -370,9 +370,13 @@ fn info_command(store: &str, json: bool) -> Result<(), Error> {
             return print_json(&group);
         }
         println!(
-            "{store}: a Zarr v{} group of {} array(s)",
+            "{store}: a Zarr v{} group of {} array(s){}",
             group.zarr_format,
-            group.arrays.len()
+            group.arrays.len(),
+            match group.groups.len() {
+                0 => String::new(),
+                n => format!(" and {n} nested group(s)"),
+            }
         );
         for a in &group.arrays {
             match (&a.info, &a.note) {
@@ -387,6 +391,9 @@ fn info_command(store: &str, json: bool) -> Result<(), Error> {
                 ),
                 (None, note) => println!("  {:<12} {}", a.name, note.as_deref().unwrap_or("")),
             }
+        }
+        for g in &group.groups {
+            println!("  {g:<12} a nested group (`chunkfuse info {store}/{g}` describes it)");
         }
         return Ok(());
     }

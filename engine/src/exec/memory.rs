@@ -186,8 +186,9 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Parses a size such as `2GB`, `512MiB`, `1.5G` or `1000000` (bytes). Decimal units (KB,
-/// MB, GB) are powers of 1000, binary ones (KiB, MiB, GiB, and the bare K, M, G) of 1024.
+/// Parses a size such as `2GB`, `512MiB`, `1.5G` or `1000000` (bytes), as Dask and Cubed
+/// do: decimal units (KB, MB, GB, TB, PB and the bare K, M, G, T, P) are powers of 1000,
+/// binary ones (KiB, MiB, GiB, TiB, PiB, or Ki, Mi, Gi, Ti, Pi) of 1024.
 pub fn parse_bytes(text: &str) -> Result<u64> {
     let t = text.trim();
     let split = t
@@ -202,19 +203,22 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     })?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024f64.powi(4),
+        // As Dask's and Cubed's sizes: a letter alone is decimal, an `i` makes it binary.
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "p" | "pb" => 1e15,
+        "ki" | "kib" => 1024.0,
+        "mi" | "mib" => 1024f64.powi(2),
+        "gi" | "gib" => 1024f64.powi(3),
+        "ti" | "tib" => 1024f64.powi(4),
+        "pi" | "pib" => 1024f64.powi(5),
         other => {
             return Err(Error::new(
                 ErrorKind::Plan,
                 format!(
-                "invalid size unit \"{other}\" in \"{text}\"; use B, KB, MB, GB, KiB, MiB or GiB"
+                "invalid size unit \"{other}\" in \"{text}\"; use B, KB, MB, GB, TB, PB (or K, M, G, T, P: powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)"
             ),
             ))
         }
@@ -359,7 +363,10 @@ mod tests {
     fn parses_sizes() {
         assert_eq!(parse_bytes("2GB").unwrap(), 2_000_000_000);
         assert_eq!(parse_bytes("512MiB").unwrap(), 512 << 20);
-        assert_eq!(parse_bytes("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_bytes("1.5G").unwrap(), 1_500_000_000);
+        assert_eq!(parse_bytes("2Gi").unwrap(), 2 << 30);
+        assert_eq!(parse_bytes("3k").unwrap(), 3_000);
+        assert_eq!(parse_bytes("1PiB").unwrap(), 1 << 50);
         assert!(parse_bytes("lots").is_err());
         let huge = parse_bytes("99999999999999999999").unwrap_err();
         assert!(huge.to_string().contains("too large"), "{huge}");

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::store::open_store;
-use crate::zarr::group::{member_arrays, read_group};
+use crate::zarr::group::{members, read_group};
 use crate::zarr::{ArrayInfo, ZarrArray};
 
 /// Describes the array at `url`, with its stored size.
@@ -54,6 +54,8 @@ pub struct GroupInfo {
     pub zarr_format: u8,
     /// Its arrays, by name.
     pub arrays: Vec<GroupMember>,
+    /// The groups nested in it, by name (not described).
+    pub groups: Vec<String>,
 }
 
 /// One array of a group.
@@ -73,7 +75,9 @@ pub fn group_info(url: &str) -> Result<Option<GroupInfo>> {
     let Some(group) = read_group(store.as_ref())? else {
         return Ok(None);
     };
-    let arrays = member_arrays(store.as_ref())?
+    let members = members(store.as_ref())?;
+    let arrays = members
+        .arrays
         .into_iter()
         .map(|name| {
             let member = format!("{}/{name}", url.trim_end_matches('/'));
@@ -87,5 +91,6 @@ pub fn group_info(url: &str) -> Result<Option<GroupInfo>> {
     Ok(Some(GroupInfo {
         zarr_format: group.zarr_format,
         arrays,
+        groups: members.groups,
     }))
 }

@@ -87,18 +87,34 @@ pub fn read_group(store: &dyn Store) -> Result<Option<GroupMeta>> {
     }))
 }
 
-/// The names of the arrays directly in the group at the root of `store`, sorted: from its
-/// consolidated metadata when it has some, else by listing the store. A group nested in it
-/// is refused (naming it): rechunking nested groups is not supported.
+/// The nodes directly in a group: its arrays and the groups nested in it, each by name,
+/// sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    /// The arrays directly in the group.
+    pub arrays: Vec<String>,
+    /// The groups directly in it (an array deeper down names the group holding it).
+    pub groups: Vec<String>,
+}
+
+/// The names of the arrays directly in the group at the root of `store`, sorted. A group
+/// nested in it is refused (naming it): rechunking nested groups is not supported.
 pub fn member_arrays(store: &dyn Store) -> Result<Vec<String>> {
-    let url = store.url().to_string();
-    let nested = |path: &str| {
-        Err(Error::new(
+    let members = members(store)?;
+    if let Some(group) = members.groups.first() {
+        return Err(Error::new(
             ErrorKind::Unsupported,
-            format!("the group holds a nested group \"{path}\"; only flat groups (arrays directly in the group, as xarray writes datasets) are supported"),
+            format!("the group holds a nested group \"{group}\"; only flat groups (arrays directly in the group, as xarray writes datasets) are supported"),
         )
-        .with_store(&url))
-    };
+        .with_store(store.url()));
+    }
+    Ok(members.arrays)
+}
+
+/// What the group at the root of `store` holds: from its consolidated metadata when it has
+/// some, else by listing the store.
+pub fn members(store: &dyn Store) -> Result<Members> {
+    let url = store.url().to_string();
     // Every metadata key below the root: "<path>/zarr.json", "<path>/.zarray", ...
     let keys: Vec<String> = match consolidated_keys(store)? {
         Some(keys) => keys,
@@ -110,7 +126,7 @@ pub fn member_arrays(store: &dyn Store) -> Result<Vec<String>> {
             })
             .collect(),
     };
-    let mut arrays = Vec::new();
+    let mut members = Members::default();
     for key in keys {
         let Some((path, leaf)) = key.rsplit_once('/') else {
             continue;
@@ -127,14 +143,17 @@ pub fn member_arrays(store: &dyn Store) -> Result<Vec<String>> {
             }
             _ => continue,
         };
-        if is_group || path.contains('/') {
-            return nested(path);
+        match path.split_once('/') {
+            Some((group, _)) => members.groups.push(group.to_string()),
+            None if is_group => members.groups.push(path.to_string()),
+            None => members.arrays.push(path.to_string()),
         }
-        arrays.push(path.to_string());
     }
-    arrays.sort();
-    arrays.dedup();
-    Ok(arrays)
+    for names in [&mut members.arrays, &mut members.groups] {
+        names.sort();
+        names.dedup();
+    }
+    Ok(members)
 }
 
 /// The metadata keys a group's consolidated metadata lists (v3: `<name>/zarr.json` for each
