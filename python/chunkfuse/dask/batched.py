@@ -39,9 +39,9 @@ from chunkfuse.distributed.batch import (
 from chunkfuse.distributed.coordinator import batch_budget
 from chunkfuse.distributed.runtime import WorkerShape, default_threads
 
-from . import scratch as scratch_record
 from .graph import as_task_graph
 from .runner import engine_plan, select_native
+from .scratch import FINISH_PREFIX, batch_running, finished, opened
 from .symbols import Blk, Store, Stored
 
 
@@ -141,7 +141,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
     os.makedirs(base, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="chunkfuse-dask-", dir=base)
     token = uuid.uuid4().hex[:10]
-    scratch_record.opened(token, scratch)
+    opened(token, scratch)
     planned = engine_plan(selection.interp, selection.todo, scratch)
     text = json.dumps(planned.plan)
     key = JobKey(
@@ -187,7 +187,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
             name = f"chunkfuse-read-{token}-{len(readers)}"
             out[name] = Task(name, _read_block, url, sym.region, *_refs(barrier))
             readers[k] = name
-    finish = f"{scratch_record.FINISH_PREFIX}{token}"
+    finish = f"{FINISH_PREFIX}{token}"
     out[finish] = Task(
         finish,
         _finish,
@@ -216,7 +216,7 @@ def _run_after(token: str, spec: BatchSpec, *before: Any) -> dict[str, Any]:
     the batches before it did already (see `BatchSpec`) is not run again."""
     if spec.merge is not None and spec.merge in merged_by_batches(before):
         return {"stage": spec.stage, "merge": spec.merge, "tasks": 0, "merged": []}
-    with scratch_record.batch_running(token):
+    with batch_running(token):
         return run_batch(spec)
 
 
@@ -235,7 +235,7 @@ def _finish(key: JobKey, token: str, scratch: str, *_read: Any) -> None:
     """Completes the job's targets and removes its scratch (its work directory within)."""
     key.attach().finish()
     shutil.rmtree(scratch, ignore_errors=True)
-    scratch_record.finished(token)
+    finished(token)
 
 
 def _after(value: Any, _finished: Any) -> Any:

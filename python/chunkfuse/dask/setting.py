@@ -20,9 +20,8 @@ from dask.delayed import optimize as optimize_delayed
 from chunkfuse import _engine
 from chunkfuse.sizes import budget_bytes
 
-from . import scratch
 from .batched import BatchedOptions, rewrite
-from .scratch import FINISH_PREFIX
+from .scratch import FINISH_PREFIX, abandon
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class _AfterAFailedCompute(Callback):
         # the loop is the one being handled.
         if isinstance(sys.exc_info()[1], KeyboardInterrupt):
             _engine.interrupt_calls()
-        scratch.abandon(k for k in dsk if isinstance(k, str) and k.startswith(FINISH_PREFIX))
+        abandon(k for k in dsk if isinstance(k, str) and k.startswith(FINISH_PREFIX))
 
 
 #: Registered while `enable()` is in force.
