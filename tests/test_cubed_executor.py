@@ -511,6 +511,11 @@ FULL_CASES = {
         lambda a: (a * 10).astype("i4") - 3,
     ),
     "sum-of-full": (lambda x, f: xp.sum(f(1.5)), lambda a: np.float64(1.5 * a.size)),
+    # The full array's shape broadcasts the other operand: not a constant's job.
+    "broadcast-by-full": (
+        lambda x, f: f(1.0) + xp.sum(x, axis=0),
+        lambda a: np.ones(a.shape) + a.sum(0),
+    ),
     "full-alone": (lambda x, f: f(7.0), lambda a: np.full(a.shape, 7.0)),
 }
 

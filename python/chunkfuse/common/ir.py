@@ -123,6 +123,14 @@ class IrBuilder:
                 exprs.append({"input": inputs.index(a.root)})
         if not inputs:
             raise NotNative(f"{func} of constants only")
+        arrays = [tuple(a.shape) for a in args if isinstance(a, Full)]
+        try:
+            spans = np.broadcast_shapes(*arrays)
+        except ValueError:
+            spans = None
+        if spans != tuple(shape):
+            # A constant standing for a whole array (Cubed's `ones`) broadcast the others.
+            raise NotNative(f"{func} broadcast by a constant to {tuple(shape)}")
         expr: dict[str, Any] = {"op": func, "args": exprs}
         return self._elementwise(inputs, expr, shape, dtype)
 
