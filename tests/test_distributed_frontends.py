@@ -111,6 +111,7 @@ def test_dask_compute_and_to_zarr_on_a_cluster_run_engine_batches(
     ran = {w for t in ts.data if "chunkfuse-batch" in str(t["key"]) for w in [t["worker"]]}
     assert len(ran) == 2, "the batches did not spread over both workers"
     assert not any((tmp_path / "work").iterdir()), "scratch or work left behind"
+    assert "chunkfuse" not in zarr.open_array(str(tmp_path / "anomaly.zarr"), mode="r").attrs
 
 
 @pytest.mark.parametrize("cluster", ["client", "remote_client"])
@@ -131,6 +132,29 @@ def test_xarray_to_zarr_with_the_setting_reopens_equal(
     assert any("chunkfuse-batch" in str(t["key"]) for t in ts.data), "no engine batch ran"
     back = xr.open_zarr(str(tmp_path / "out.zarr"))
     np.testing.assert_allclose(back["anomaly"].values, data - data.mean(axis=0), atol=1e-3)
+    assert "chunkfuse" not in back["anomaly"].attrs, "the job's marker was left on the target"
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_a_finished_to_zarr_leaves_no_marker(
+    source: tuple[str, np.ndarray], tmp_path: Path, zarr_format: int, scheduler: str
+) -> None:
+    """xarray creates the arrays, the engine's job marks them while it writes them, and the
+    job's end (in a task, attached afresh) takes the marker off: the target's attributes
+    are xarray's alone."""
+    url, data = source
+    ds = xr.Dataset({"t": (("time", "lat", "lon"), da.from_zarr(url), {"units": "K"})})
+    with (
+        chunkfuse.dask.enabled(work_dir=str(tmp_path / "work")),
+        dask.config.set(scheduler=scheduler),
+    ):
+        (ds - ds.mean("time")).to_zarr(str(tmp_path / "out.zarr"), zarr_format=zarr_format)
+    stored = zarr.open_array(str(tmp_path / "out.zarr" / "t"), mode="r")
+    assert "chunkfuse" not in stored.attrs, dict(stored.attrs)
+    back = xr.open_zarr(str(tmp_path / "out.zarr"))
+    assert "chunkfuse" not in back["t"].attrs, back["t"].attrs
+    np.testing.assert_allclose(back["t"].values, data - data.mean(axis=0), atol=1e-3)
 
 
 class Keys(DaskCallback):

@@ -311,6 +311,33 @@ impl ZarrArray {
         Ok(())
     }
 
+    /// Opens, in a process that runs batches of job `job`, the existing array (made by
+    /// another tool) that the job's [`open_target`](Self::open_target) marked, writing
+    /// nothing; [`finish_job`](Self::finish_job) takes the job's marker off it as the
+    /// creator's would. An array not marked by this job (a region write's) is left as it is.
+    pub fn attach_existing(
+        store: Arc<dyn Store>,
+        spec: &ArraySpec,
+        attrs: &ArrayAttrs,
+        job: &str,
+    ) -> Result<Self> {
+        let array = Self::create_with(store, spec, attrs, None)?;
+        let Some((key, _, mut doc)) = attributes_document(array.store.as_ref())? else {
+            return Ok(array);
+        };
+        let Some(attributes) = attributes_in(&mut doc, key) else {
+            return Ok(array);
+        };
+        if attributes.get(JOB_ATTR) != Some(&attrs::job_marker(job)) {
+            return Ok(array);
+        }
+        attributes.remove(JOB_ATTR);
+        if let Ok(mut slot) = array.finished_docs.lock() {
+            *slot = Some(vec![(key.to_string(), pretty(&doc)?)]);
+        }
+        Ok(array)
+    }
+
     /// Removes the unfinished-job marker from the attributes of an array that
     /// [`open_target`](Self::open_target) marked: the array is complete. (Arrays it did not
     /// mark, such as those a region write fills, are left as they are.)

@@ -95,7 +95,7 @@ pub fn attach_materials(
             }
         };
         let arr = if spec.existing {
-            ZarrArray::create_with(store.clone(), spec, &attrs, None)
+            ZarrArray::attach_existing(store.clone(), spec, &attrs, job)
         } else {
             ZarrArray::attach_target(store.clone(), spec, &attrs, job)
         }
