@@ -123,7 +123,7 @@ def write_cubed(src: Path, target: Path, work: Path) -> bool | None:
     import cubed.array_api as xp
     from chunkfuse import RustExecutor
 
-    executor = RustExecutor(workers=1)
+    executor = RustExecutor(max_workers=1)
     spec = cubed.Spec(work_dir=str(work), allowed_mem="64MB", executor=executor)
     x = cubed.from_zarr(str(src), path="t2m", spec=spec)
     cubed.to_zarr(x - xp.mean(x, axis=0, keepdims=True), str(target), executor=executor)
@@ -135,7 +135,7 @@ def write_cubed_xarray(src: Path, target: Path, work: Path) -> bool | None:
     import xarray as xr
     from chunkfuse import RustExecutor
 
-    executor = RustExecutor(workers=1)
+    executor = RustExecutor(max_workers=1)
     spec = cubed.Spec(work_dir=str(work), allowed_mem="64MB", executor=executor)
     ds = xr.open_zarr(
         src, chunked_array_type="cubed", from_array_kwargs={"spec": spec}, consolidated=False
