@@ -66,8 +66,11 @@ def batch_running(token: str) -> Iterator[None]:
 
 def abandon(keys: Iterable[object]) -> None:
     """A compute of a graph with `keys` failed: the scratch of each rewritten graph among
-    them goes now, or when its batches still running in this process return."""
-    tokens = [k[len(FINISH_PREFIX) :] for k in keys if isinstance(k, str)]
+    them (known by its last task's key) goes now, or when its batches still running in this
+    process return."""
+    tokens = [
+        k[len(FINISH_PREFIX) :] for k in keys if isinstance(k, str) and k.startswith(FINISH_PREFIX)
+    ]
     gone: list[str] = []
     with _lock:
         for token in tokens:

@@ -21,7 +21,7 @@ from chunkfuse import _engine
 from chunkfuse.sizes import budget_bytes
 
 from .batched import BatchedOptions, rewrite
-from .scratch import FINISH_PREFIX, abandon
+from .scratch import abandon
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class _AfterAFailedCompute(Callback):
         # the loop is the one being handled.
         if isinstance(sys.exc_info()[1], KeyboardInterrupt):
             _engine.interrupt_calls()
-        abandon(k for k in dsk if isinstance(k, str) and k.startswith(FINISH_PREFIX))
+        abandon(dsk)
 
 
 #: Registered while `enable()` is in force.
