@@ -89,7 +89,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.data.mkdir(parents=True, exist_ok=True)
     sets = {"noisy": _noisy(args.data, args.time), "quantized": _quantized(args.data, args.time)}
-    work = Path(tempfile.mkdtemp(prefix="chunkfuse-ab-"))
+    # The runs' outputs and work directories are this run's and go with it.
+    with tempfile.TemporaryDirectory(prefix="chunkfuse-ab-") as work:
+        rows = _compare(args, sets, Path(work))
+    ratios_text = ", ".join(f"{k} {_ratio(p):.2f}" for k, p in sets.items())
+    print(
+        f"Data: (time, lat, lon) = ({args.time}, 721, 1440) float32, one chunk per step, zstd 3; "
+        f"compression ratios {ratios_text}. --max-mem {args.max_mem}, --threads {args.threads}, "
+        f"{args.repeat} rounds.\n"
+    )
+    print("| data | plan | base best s | new best s | new/base median (range) | new peak RSS MiB |")
+    print("|---|---|---:|---:|---:|---:|")
+    for set_name, plan, b, n, ratios, rss in rows:
+        med = statistics.median(ratios)
+        print(
+            f"| {set_name} | {plan} | {b:.3f} | {n:.3f} | {med:.3f} "
+            f"({min(ratios):.2f}–{max(ratios):.2f}) | {rss / 2**20:.0f} |"
+        )
+    return 0
+
+
+def _compare(
+    args: argparse.Namespace, sets: dict[str, Path], work: Path
+) -> list[tuple[str, str, float, float, list[float], int]]:
+    """Each plan run by both binaries on each data set, outputs under `work`: per (set,
+    plan), the best seconds of each, the new/base ratios and the new binary's peak RSS."""
     run_args = ["--max-mem", args.max_mem, "--threads", str(args.threads), "--work-dir", str(work)]
     plans = sorted((ROOT / "plans").glob("*.json"))
     rows = []
@@ -107,21 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             ratios = [n / b for n, b in zip(new, base, strict=True)]
             rows.append((set_name, plan.stem, min(base), min(new), ratios, rss))
             print(f"{set_name} {plan.stem}: {statistics.median(ratios):.3f}", file=sys.stderr)
-    ratios_text = ", ".join(f"{k} {_ratio(p):.2f}" for k, p in sets.items())
-    print(
-        f"Data: (time, lat, lon) = ({args.time}, 721, 1440) float32, one chunk per step, zstd 3; "
-        f"compression ratios {ratios_text}. --max-mem {args.max_mem}, --threads {args.threads}, "
-        f"{args.repeat} rounds.\n"
-    )
-    print("| data | plan | base best s | new best s | new/base median (range) | new peak RSS MiB |")
-    print("|---|---|---:|---:|---:|---:|")
-    for set_name, plan, b, n, ratios, rss in rows:
-        med = statistics.median(ratios)
-        print(
-            f"| {set_name} | {plan} | {b:.3f} | {n:.3f} | {med:.3f} "
-            f"({min(ratios):.2f}–{max(ratios):.2f}) | {rss / 2**20:.0f} |"
-        )
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -795,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = {k: _nbytes(p) for k, p in sets.items()}
 
     import cubed.runtime.executors.dask  # noqa: F401  (imported before any clock starts)
+    import dask
     from chunkfuse.distributed.dask_runtime import DaskRuntime
     from chunkfuse.sizes import budget_bytes
     from distributed import Client, LocalCluster
@@ -806,6 +807,8 @@ def main(argv: list[str] | None = None) -> int:
     over = Overhead()
     try:
         with (
+            # Every Dask scratch space (workers', P2P's) under this run's work directory.
+            dask.config.set({"temporary-directory": str(work / "dask")}),
             LocalCluster(
                 n_workers=2,
                 threads_per_worker=1,

@@ -379,7 +379,22 @@ def main(argv: list[str] | None = None) -> int:
         window, batch = (4, 128, 128), 32
     out = args.out or (Path(tempfile.mkdtemp(prefix="chunkfuse-loader-")) if args.quick else BENCH)
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="chunkfuse-loader-groups-"))
+    # The grouped copies of the data sets are made for this run and go with it.
+    with tempfile.TemporaryDirectory(prefix="chunkfuse-loader-groups-") as work:
+        return _measure(args, arrays, window, batch, Path(work), out, started)
+
+
+def _measure(
+    args: argparse.Namespace,
+    arrays: dict[str, Path],
+    window: tuple[int, int, int],
+    batch: int,
+    work: Path,
+    out: Path,
+    started: dt.datetime,
+) -> int:
+    """Times every tool on every data set (grouped copies made under `work`) and writes the
+    report to `out`; 1 when a tool failed or chunkfuse did not run."""
     for k in list(arrays):
         arrays[f"{k}, sharded"] = sharded(arrays[k], args.data)
     setups = {

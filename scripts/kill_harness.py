@@ -158,7 +158,10 @@ def write_dask_to_zarr(src: Path, target: Path, work: Path) -> bool | None:
 
     ds = xr.open_zarr(src, chunks={"time": 8}, consolidated=False)
     anomaly = (ds.t2m - ds.t2m.mean("time")).to_dataset(name="anomaly")
-    with dask.config.set(scheduler=chunkfuse.dask.get, num_workers=1):
+    # The engine's scratch in `work` (Dask's own setting): a killed run leaves it there.
+    with dask.config.set(
+        scheduler=chunkfuse.dask.get, num_workers=1, temporary_directory=str(work)
+    ):
         anomaly.to_zarr(target, mode="w", zarr_format=3, consolidated=False)
     return None
 
@@ -172,7 +175,9 @@ def write_dask_store(src: Path, target: Path, work: Path) -> bool | None:
     out = zarr.create_array(
         str(target), shape=x.shape, chunks=(8, *x.shape[1:]), dtype=x.dtype, overwrite=True
     )
-    da.store(x - x.mean(axis=0), out, scheduler=chunkfuse.dask.get, num_workers=1)
+    da.store(
+        x - x.mean(axis=0), out, scheduler=chunkfuse.dask.get, num_workers=1, work_dir=str(work)
+    )
     return None
 
 

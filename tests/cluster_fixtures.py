@@ -7,6 +7,7 @@ with the scheduler in a process of its own. Import a fixture into a test module:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -17,18 +18,23 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        memory_limit="2GiB",
-    )
-    with cluster, distributed.Client(cluster) as c:
-        yield c
+    import dask
+
+    # Dask's scratch spaces (the workers', the client's) in the test's temporary folder.
+    scratch = str(tmp_path_factory.mktemp("dask-scratch"))
+    with dask.config.set({"temporary-directory": scratch}):
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=":0",
+            memory_limit="2GiB",
+        )
+        with cluster, distributed.Client(cluster) as c:
+            yield c
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +48,8 @@ def remote_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     dask_cli = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
     worker_cli = [sys.executable, "-m", "distributed.cli.dask_worker"]
     logs = open(folder / "cluster.log", "wb")  # noqa: SIM115 (closed below)
+    # Dask's scratch spaces (the workers') in the test's temporary folder.
+    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(folder / "dask-scratch")}
     started = [
         subprocess.Popen(
             [
@@ -57,6 +65,7 @@ def remote_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             ],
             stdout=logs,
             stderr=logs,
+            env=env,
         )
     ]
     try:
@@ -82,6 +91,7 @@ def remote_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                     ],
                     stdout=logs,
                     stderr=logs,
+                    env=env,
                 )
             )
         with distributed.Client(scheduler_file=str(scheduler_file)) as c:

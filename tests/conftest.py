@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +27,12 @@ import numpy as np
 import pytest
 import zarr
 import zarr.codecs
+
+# A suite started in the background by a shell (`make test &`, nohup) inherits SIGINT ignored,
+# and so would every child it starts: the Ctrl-C tests would see their SIGINT ignored, as no
+# user at a terminal does. The suite and its children take Ctrl-C as a terminal gives it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -5,6 +5,7 @@ others."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,8 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
     out.mkdir()
     before = f"# results\n\nintro\n\n{SECTION}\n\nan older run\n\n## Next section\n\nkept\n"
     (out / "RESULTS.md").write_text(before)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "distributed.py"), "--quick"]
         + ["--data", str(tmp_path / "data"), "--out", str(out)],
@@ -30,8 +33,10 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert not list(tmp.iterdir()), "left in the temporary directory"
     text = (out / "RESULTS.md").read_text()
     assert text.startswith("# results\n\nintro\n")
     assert text.count(SECTION) == 1

@@ -1,8 +1,10 @@
 """bench/loader.py --quick runs on tiny arrays and writes its section of RESULTS.md with a
-measured row for every tool and data set, in place of an older copy and beside the others."""
+measured row for every tool and data set, in place of an older copy and beside the others, and
+leaves nothing in the temporary directory."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +19,8 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "RESULTS.md").write_text(f"# results\n\n{SECTION}\n\nold\n\n## Next\n\nkept\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "loader.py"), "--quick"]
         + ["--data", str(tmp_path / "data"), "--out", str(out)],
@@ -24,8 +28,10 @@ def test_quick_writes_every_row(tmp_path: Path) -> None:
         text=True,
         timeout=600,
         cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert not list(tmp.iterdir()), "left in the temporary directory"
     text = (out / "RESULTS.md").read_text()
     assert text.count(SECTION) == 1 and "\nold\n" not in text
     assert text.rstrip().endswith("## Next\n\nkept")

@@ -108,6 +108,33 @@ def test_a_value_later_steps_reuse_is_computed_once(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_scratch_goes_in_work_dir_or_dask_s_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's scratch (here the mean Python reads back) goes in `work_dir`, else in
+    Dask's `temporary-directory` setting, else in the system temporary directory; it is
+    created when missing and empty once the compute returns."""
+    system = tmp_path / "system"
+    system.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(system))
+    a = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8)
+    x = da.from_zarr(zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(2, 6, 8)))
+    work = tmp_path / "work"
+    got = x.mean(axis=0).compute(scheduler=get, work_dir=str(work))
+    assert last_stats().engine_runs == 1, last_stats()
+    np.testing.assert_allclose(got, a.mean(axis=0), rtol=1e-6)
+    assert work.is_dir() and not list(work.iterdir())
+    setting = tmp_path / "dask-temporary"
+    with dask.config.set({"temporary-directory": str(setting)}):
+        np.testing.assert_allclose(x.mean(axis=0).compute(scheduler=get), a.mean(axis=0))
+    assert setting.is_dir() and not list(setting.iterdir())
+    np.testing.assert_allclose(x.mean(axis=0).compute(scheduler=get), a.mean(axis=0))
+    assert not list(system.iterdir())
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(FileExistsError, match="a-file"):
+        x.mean(axis=0).compute(scheduler=get, work_dir=str(tmp_path / "a-file"))
+
+
 def test_xarray_dask_dataset(tmp_path: Path) -> None:
     xr = pytest.importorskip("xarray")
     data = np.random.default_rng(0).random((8, 6, 5)).astype("float32")

@@ -207,12 +207,13 @@ def test_cuda_transcendentals_match_numpy(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, np.sin(x) + np.exp(x * 0.1) * np.cos(x), rtol=1e-13, atol=1e-13)
 
 
-def test_rust_executor_checks_the_device() -> None:
-    pytest.importorskip("cubed")
+def test_rust_executor_checks_the_device(tmp_path: Path) -> None:
+    cubed = pytest.importorskip("cubed")
     import cubed.array_api as xp
     from chunkfuse import RustExecutor
 
-    a = xp.ones((4, 4), chunks=(2, 2))
+    spec = cubed.Spec(work_dir=str(tmp_path), allowed_mem="100MB")
+    a = xp.ones((4, 4), chunks=(2, 2), spec=spec)
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         (a + 1).compute(executor=RustExecutor(device="tpu"))
     ex = RustExecutor(device="auto")

@@ -263,7 +263,11 @@ def test_a_budget_the_workers_cannot_hold_is_refused_before_anything_runs(
 
 def test_a_lost_client_is_a_clear_error(era5: Path, tmp_path: Path) -> None:
     cluster = distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        dashboard_address=":0",
+        local_directory=str(tmp_path / "dask"),
     )
     c = distributed.Client(cluster)
     runtime = DaskRuntime(c)
@@ -359,7 +363,8 @@ def progress(done, total):
 
 if __name__ == "__main__":
     with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0"
+        n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0",
+        local_directory=work + "-dask",
     ) as cluster, distributed.Client(cluster) as c:
         try:
             run_distributed(plan, {"source": source, "target": target}, runtime=DaskRuntime(c),

@@ -268,16 +268,21 @@ def test_a_cluster_without_workers_is_named_and_local_schedulers_ignore_it(
     url, data = source
     x = da.from_zarr(url)
     empty = distributed.LocalCluster(
-        n_workers=0, processes=True, host="127.0.0.1", dashboard_address=":0"
+        n_workers=0,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",
+        local_directory=str(tmp_path / "dask"),
     )
-    with empty, distributed.Client(empty), chunkfuse.dask.enabled(work_dir=str(tmp_path)):
+    work = tmp_path / "work"
+    with empty, distributed.Client(empty), chunkfuse.dask.enabled(work_dir=str(work)):
         with Keys() as keys:
             got = x.mean(axis=0).compute(scheduler="threads")
         np.testing.assert_allclose(got, data.mean(axis=0), rtol=1e-5)
         assert any("chunkfuse-batch" in k for k in keys.keys)
         with pytest.raises(RuntimeError, match="has no workers"):
             x.mean(axis=0).compute()
-    assert not any(tmp_path.iterdir()), "scratch left behind"
+    assert not any(work.iterdir()), "scratch left behind"
 
 
 def test_a_scheduler_in_its_own_process_rewrites_with_the_clients_options(

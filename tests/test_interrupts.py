@@ -237,11 +237,11 @@ def test_cli_exits_130_on_ctrl_c_while_storage_stalls(
 
 
 _SLOW_CUBED_FUNCTION = """
-import os, tempfile, time
+import os, sys, time
 import cubed, cubed.array_api as xp
 from chunkfuse import RustExecutor
 
-spec = cubed.Spec(work_dir=tempfile.mkdtemp(), allowed_mem="500MB", executor=RustExecutor())
+spec = cubed.Spec(work_dir=sys.argv[1], allowed_mem="500MB", executor=RustExecutor())
 
 def slow(block):
     os.write(1, b"computing\\n")  # one write: lines of two threads stay apart
@@ -327,13 +327,13 @@ def test_ctrl_c_ending_a_dask_compute_under_enable_stops_its_pool_s_engine_calls
     assert raised[0][1] - ended < PROMPT
 
 
-def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly() -> None:
+def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly(tmp_path: Path) -> None:
     """The engine call returned on Ctrl-C after its half second of grace for writes while a
     user function still ran on a compute thread; when the function returned, the
     interpreter (finalizing on the KeyboardInterrupt) aborted with "PyGILState_Release:
     thread state must be current". The call now returns once no chunk computes."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_CUBED_FUNCTION],
+        [sys.executable, "-c", _SLOW_CUBED_FUNCTION, str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -14,7 +14,6 @@ scheduler, over its threads.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from chunkfuse.distributed.runtime import WorkerShape, default_threads
 
 from .graph import as_task_graph
 from .runner import engine_plan, select_native
-from .scratch import FINISH_PREFIX, batch_running, finished, opened
+from .scratch import FINISH_PREFIX, base_dir, batch_running, finished, opened
 from .symbols import Blk, Store, Stored
 
 
@@ -53,8 +52,8 @@ class BatchedOptions:
     #: worker offers one batch.
     max_mem: int | str | None = None
     #: Where jobs' scratch arrays, intermediates and partial states go: a directory every
-    #: worker sees (default: the system temporary directory, which only a cluster on this
-    #: machine shares).
+    #: worker sees (default: Dask's `temporary-directory` setting, else the system temporary
+    #: directory, which only a cluster on this machine shares).
     work_dir: str | None = None
     batches_per_worker: int = 4
     device: str = "cpu"
@@ -137,9 +136,7 @@ def rewrite(graph_in: Any, keys: Any, options: BatchedOptions) -> Any:
     if selection is None or not selection.todo:
         return graph_in
     shape = _shape()
-    base = options.work_dir or tempfile.gettempdir()
-    os.makedirs(base, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="chunkfuse-dask-", dir=base)
+    scratch = tempfile.mkdtemp(prefix="chunkfuse-dask-", dir=base_dir(options.work_dir))
     token = uuid.uuid4().hex[:10]
     opened(token, scratch)
     planned = engine_plan(selection.interp, selection.todo, scratch)

@@ -28,6 +28,7 @@ from .direct import direct_reads, read_directly
 from .graph import topological
 from .interpreter import Interpreter, materializable
 from .joins import JoinBuilder, find_joins
+from .scratch import base_dir
 from .symbols import Blk, Lit, Red, Region, Src, Store, Stored, Symbol
 
 
@@ -205,11 +206,13 @@ def run_native(
     max_mem: int | None,
     threads: int,
     device: str = "cpu",
+    work_dir: str | None = None,
     on_start: Callable[[set[Hashable]], None] | None = None,
 ) -> NativePart | None:
     """Computes the graph's native part with the engine (fused elementwise programs on
-    `device`); None when nothing is native. `on_start` is called with the keys the engine
-    covers just before it runs."""
+    `device`, scratch in a directory of its own in `scratch.base_dir(work_dir)`, removed
+    when it returns); None when nothing is native. `on_start` is called with the keys the
+    engine covers just before it runs."""
     selection = select_native(graph, wanted)
     if selection is None:
         return None
@@ -226,7 +229,7 @@ def run_native(
         reads = None if interp.mixed else direct_reads(todo, interp.b)
         if reads is not None:
             return NativePart(read_directly(reads, threads), covered)
-        with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="chunkfuse-dask-", dir=base_dir(work_dir)) as tmp:
             computed, summary = _compute(interp, todo, tmp, max_mem, threads, device)
     except NotNative:
         raise

@@ -58,6 +58,7 @@ def get(
     native: bool = True,
     io: str | None = None,
     device: str = "cpu",
+    work_dir: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Computes ``keys`` of the Dask graph ``dsk`` (an expression, a HighLevelGraph or a
@@ -73,7 +74,10 @@ def get(
     starts when the engine run starts and ends when it ends. ``io`` sets how local files are
     read (see ``chunkfuse.set_io``). ``device`` is where the engine runs fused elementwise
     programs: ``"cpu"``, ``"cuda"`` (an NVIDIA GPU; an error naming why when none can be used)
-    or ``"auto"`` (see ``chunkfuse.device_info``).
+    or ``"auto"`` (see ``chunkfuse.device_info``). The engine's scratch (the values Python
+    reads back, intermediates) goes in a directory of its own, removed when the run ends,
+    in ``work_dir`` (default: Dask's ``temporary-directory`` setting, else the system
+    temporary directory).
     """
     iomode.apply(io)
     device_info(device)
@@ -82,7 +86,7 @@ def get(
     wanted = set(flatten(keys)) if isinstance(keys, list) else {keys}
     stats = new_stats()
     workers = max(1, num_workers or os.cpu_count() or 1)
-    engine = EngineOptions(budget_bytes(max_mem, "max_mem"), num_workers or 0, device)
+    engine = EngineOptions(budget_bytes(max_mem, "max_mem"), num_workers or 0, device, work_dir)
     use_engine = native and has_zarr_arrays(raw)
     if callbacks is not None or Callback.active:
         # Callbacks watch the run: Dask's state over the whole graph, the engine's tasks in it.

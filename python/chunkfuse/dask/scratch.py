@@ -13,11 +13,15 @@ process that rewrote it.
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+import dask
 
 #: The prefix of the key of a rewritten graph's last task; the graph's token follows it.
 FINISH_PREFIX = "chunkfuse-finish-"
@@ -32,6 +36,15 @@ class _Scratch:
 
 _lock = threading.Lock()
 _open: dict[str, _Scratch] = {}
+
+
+def base_dir(work_dir: str | None) -> str:
+    """The directory a compute's scratch directory goes in: `work_dir`, else Dask's
+    `temporary-directory` setting (where Dask's workers spill), else the system temporary
+    directory; created when missing."""
+    base = work_dir or dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
+    return str(base)
 
 
 def opened(token: str, path: str) -> None:

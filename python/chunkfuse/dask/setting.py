@@ -98,7 +98,8 @@ def enabled(
     `max_mem`: each batch's budget (default: three quarters of what the smallest worker
     offers one batch, a Dask worker's 80% pause threshold counted; more is refused before
     anything runs). `work_dir`: where scratch arrays, intermediates and partial states go,
-    storage every worker sees (default: the system temporary directory). Each stage is cut
+    storage every worker sees (default: Dask's `temporary-directory` setting, else the system
+    temporary directory). Each stage is cut
     into about `batches_per_worker` batches per worker thread. Rechunks made within the block
     use Dask's task method (which the engine runs) rather than a P2P shuffle. Ctrl-C within
     the block stops the batches Dask's local pools still run in this process too."""

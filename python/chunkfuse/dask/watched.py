@@ -36,6 +36,8 @@ class EngineOptions:
     max_mem: int | None
     threads: int
     device: str
+    #: Where the engine's scratch goes (see ``scratch.base_dir``).
+    work_dir: str | None = None
 
 
 def counted_native_part(
@@ -54,6 +56,7 @@ def counted_native_part(
             max_mem=engine.max_mem,
             threads=engine.threads,
             device=engine.device,
+            work_dir=engine.work_dir,
             on_start=on_start,
         )
     except NotNative:
