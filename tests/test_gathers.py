@@ -95,6 +95,32 @@ def test_xarray_groupby_and_isel_lists_through_dask(tmp_path: Path) -> None:
     assert stats is not None and stats.python_tasks == 0, stats
 
 
+def test_a_groupby_decodes_its_source_once(tmp_path: Path) -> None:
+    """`groupby("time.hour").mean()` of hourly data in day chunks: each hour's mean is a
+    stage reading a join of one slice per chunk, every stage all of the source's chunks.
+    The first stage keeps the chunks it decodes for the others: the source is decoded once,
+    not once per hour (24 times)."""
+    rng = np.random.default_rng(1)
+    steps = 24 * 6
+    data = rng.standard_normal((steps, 5, 6)).astype("float32")
+    ref = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), data)},
+        coords={"time": pd.date_range("2000-01-01", periods=steps, freq="h")},
+    )
+    ref.chunk({"time": 24}).to_zarr(tmp_path / "h.zarr", zarr_format=3, consolidated=False)
+    ds = xr.open_zarr(tmp_path / "h.zarr", consolidated=False)
+    hourly = ds.t2m.groupby("time.hour").mean().compute(scheduler=chunkfuse.dask.get)
+    want = ref.t2m.groupby("time.hour").mean()
+    # float32 means of six values near zero: an ulp apart from Dask's where the values cancel.
+    xr.testing.assert_allclose(hourly, want, rtol=1e-5, atol=1e-6)
+    stats = chunkfuse.dask.last_stats()
+    assert stats is not None and stats.python_tasks == 0, stats
+    groups = [s for s in stats.stages if s["kind"] == "reduce"]
+    assert len(groups) == 24, [s["label"] for s in stats.stages]
+    decoded = sum(s["decoded_bytes"] for s in groups)
+    assert decoded == data.nbytes, (decoded, data.nbytes, [s["caches"] for s in groups])
+
+
 def test_cubed_takes_and_groupby_run_in_the_engine(tmp_path: Path) -> None:
     ref = _dataset(tmp_path / "ds.zarr")
     spec = cubed.Spec(work_dir=str(tmp_path / "work"), allowed_mem="200MB")

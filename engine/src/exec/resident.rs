@@ -15,7 +15,7 @@ use super::memory::Reservation;
 use super::task::{Processor, ReadOp, Task, TaskContext, WriteOp};
 use crate::array::{Buffer, ChunkGrid, Region};
 use crate::error::{Error, Result};
-use crate::physical::fused::Fused;
+use crate::physical::fused::{Fused, Leaf};
 use crate::physical::stage::Stage;
 use crate::read::Destination;
 use crate::store::Value;
@@ -105,22 +105,29 @@ pub fn load_tasks(
     Ok((tasks, shared))
 }
 
-/// Materials that stage `at` of `stages` reads through plain leaves and that later stages
-/// read the same way again before anything writes them, each with the last of those
-/// stages: their chunks kept from stage `at` through that one (see `exec::chunk_cache`),
-/// they are read and decoded once instead of once per stage (an anomaly's input, read for
-/// its mean and again to subtract it). A copy stage that reads a material ends its run of
-/// readers: it reads chunks itself.
+/// Materials that stage `at` of `stages` reads chunk by chunk (through plain leaves, or as
+/// parts of joined leaves) and that later stages read the same way again before anything
+/// writes them, each with the last of those stages: their chunks kept from stage `at` through
+/// that one (see `exec::chunk_cache`), they are read and decoded once instead of once per
+/// stage (an anomaly's input, read for its mean and again to subtract it; a groupby's input,
+/// read once per group). A copy stage that reads a material ends its run of readers: it reads
+/// chunks itself.
 pub fn read_again(stages: &[Stage], at: usize) -> Vec<(usize, usize)> {
     let Some(stage) = stages.get(at) else {
         return Vec::new();
     };
-    let reads = |input: &Fused, mat: usize| input.leaves.iter().any(|l| l.mat == mat);
-    let plain_reads = |s: &Stage, mat: usize| match s {
+    let reads = |input: &Fused, mat: usize| {
+        input
+            .leaves
+            .iter()
+            .any(|l| l.mat == mat || chunk_read_mats(l).any(|m| m == mat))
+    };
+    let chunk_reads = |s: &Stage, mat: usize| match s {
         Stage::Stream { .. } => false,
-        Stage::Compute { input, .. } | Stage::Reduce { input, .. } => {
-            input.leaves.iter().any(|l| l.mat == mat && l.is_plain())
-        }
+        Stage::Compute { input, .. } | Stage::Reduce { input, .. } => input
+            .leaves
+            .iter()
+            .any(|l| chunk_read_mats(l).any(|m| m == mat)),
     };
     let writes = |s: &Stage, mat: usize| match s {
         Stage::Compute { out, .. } | Stage::Stream { out, .. } | Stage::Reduce { out, .. } => {
@@ -129,9 +136,9 @@ pub fn read_again(stages: &[Stage], at: usize) -> Vec<(usize, usize)> {
     };
     let mut mats: Vec<usize> = Vec::new();
     if let Stage::Compute { input, .. } | Stage::Reduce { input, .. } = stage {
-        for leaf in &input.leaves {
-            if leaf.is_plain() && !mats.contains(&leaf.mat) {
-                mats.push(leaf.mat);
+        for mat in input.leaves.iter().flat_map(chunk_read_mats) {
+            if !mats.contains(&mat) {
+                mats.push(mat);
             }
         }
     }
@@ -142,13 +149,24 @@ pub fn read_again(stages: &[Stage], at: usize) -> Vec<(usize, usize)> {
                 if writes(s, mat) || matches!(s, Stage::Stream { input, .. } if reads(input, mat)) {
                     break;
                 }
-                if plain_reads(s, mat) {
+                if chunk_reads(s, mat) {
                     last = Some(i);
                 }
             }
             last.map(|l| (mat, l))
         })
         .collect()
+}
+
+/// The materials whose decoded chunks `leaf` reads as they are: its own (a plain leaf), its
+/// parts' (a joined leaf), none (an FFT's).
+fn chunk_read_mats(leaf: &Leaf) -> impl Iterator<Item = usize> + '_ {
+    let plain = leaf.is_plain().then_some(leaf.mat);
+    let parts = match (&leaf.concat, &leaf.fft) {
+        (Some(c), None) => c.parts.as_slice(),
+        _ => &[],
+    };
+    plain.into_iter().chain(parts.iter().map(|p| p.mat))
 }
 
 /// Where a loaded region goes once its task has run.

@@ -157,6 +157,7 @@ impl Assembler {
             && self.read.leaves[0].fft.is_none()
             && !self.read.leaves[0].in_bands
             && self.read.leaves[0].cached.is_empty()
+            && self.read.leaves[0].cached_joined.is_empty()
             && self.read.leaves[0].direct(arrays);
         if single {
             self.kept = Some(Vec::new());
@@ -317,30 +318,7 @@ impl Assembler {
             (other, _) => other,
         };
         let dest = self.bufs[l].get_or_insert_with(|| leaf_buffer(lr, arr));
-        let size = arr.dtype().size();
-        match placement {
-            Placement::Direct(region) => {
-                if let Some(overlap) = region.intersect(&lr.read_box) {
-                    let dst = dest.bytes_mut();
-                    copy_region(decoded.bytes(), &region, dst, &lr.read_box, &overlap, size);
-                }
-            }
-            Placement::Boxed { chunk, input, out } => {
-                // The values wanted, cut from the chunk, are the box's values in order.
-                let mut cut = Buffer::for_overwrite(arr.dtype(), input.len() as usize);
-                copy_region(
-                    decoded.bytes(),
-                    &chunk,
-                    cut.bytes_mut(),
-                    &input,
-                    &input,
-                    size,
-                );
-                let dst = dest.bytes_mut();
-                copy_region(cut.bytes(), &out, dst, &lr.read_box, &out, size);
-            }
-            Placement::Outside => {}
-        }
+        copy_placed(decoded.bytes(), placement, lr, arr, dest);
         decoded.recycle();
     }
 
@@ -374,6 +352,15 @@ impl Assembler {
                             arr.dtype().size(),
                         );
                     }
+                }
+                *b = Some(buf);
+            }
+            // Chunks of a joined leaf's parts an earlier stage kept, copied out of them.
+            if b.is_none() && !lr.cached_joined.is_empty() {
+                let mut buf = leaf_buffer(lr, &arrays[lr.mat]);
+                for (c, values) in &lr.cached_joined {
+                    let placement = lr.place(c, arrays);
+                    copy_placed(values.bytes(), placement, lr, &arrays[c.mat], &mut buf);
                 }
                 *b = Some(buf);
             }
@@ -479,6 +466,34 @@ impl Assembler {
             dtype.size(),
         );
         Some(out)
+    }
+}
+
+/// Copies the decoded `values` of a chunk of `arr` where `placement` puts them in leaf `lr`'s
+/// box buffer `dest`.
+fn copy_placed(
+    values: &[u8],
+    placement: Placement,
+    lr: &LeafRead,
+    arr: &ZarrArray,
+    dest: &mut Buffer,
+) {
+    let size = arr.dtype().size();
+    match placement {
+        Placement::Direct(region) => {
+            if let Some(overlap) = region.intersect(&lr.read_box) {
+                let dst = dest.bytes_mut();
+                copy_region(values, &region, dst, &lr.read_box, &overlap, size);
+            }
+        }
+        Placement::Boxed { chunk, input, out } => {
+            // The values wanted, cut from the chunk, are the box's values in order.
+            let mut cut = Buffer::for_overwrite(arr.dtype(), input.len() as usize);
+            copy_region(values, &chunk, cut.bytes_mut(), &input, &input, size);
+            let dst = dest.bytes_mut();
+            copy_region(cut.bytes(), &out, dst, &lr.read_box, &out, size);
+        }
+        Placement::Outside => {}
     }
 }
 

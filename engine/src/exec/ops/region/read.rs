@@ -83,6 +83,10 @@ pub struct LeafRead {
     /// The decoded chunks overlapping `read_box`, with their regions, when an earlier stage
     /// kept all of them (see `exec::chunk_cache`): nothing is read then.
     pub cached: Vec<(Region, Arc<Buffer>)>,
+    /// For a joined leaf, the decoded chunks of its parts overlapping `read_box`, when an
+    /// earlier stage kept all of them (a groupby's groups, each a join of slices of one
+    /// array, read by a stage each): nothing is read then.
+    pub cached_joined: Vec<(LeafChunk, Arc<Buffer>)>,
 }
 
 impl LeafRead {
@@ -215,7 +219,17 @@ impl RegionRead {
                     }
                     _ => Vec::new(),
                 };
-                let chunks = if bbox.is_empty() || read_box.is_empty() || held || !cached.is_empty()
+                let cached_joined = match &leaf.concat {
+                    Some(c) if !held && leaf.fft.is_none() && !bbox.is_empty() => {
+                        kept_joined(c, arrays, &read_box)
+                    }
+                    _ => Vec::new(),
+                };
+                let chunks = if bbox.is_empty()
+                    || read_box.is_empty()
+                    || held
+                    || !cached.is_empty()
+                    || !cached_joined.is_empty()
                 {
                     Vec::new()
                 } else if let Some(c) = &leaf.concat {
@@ -246,6 +260,7 @@ impl RegionRead {
                     reversed,
                     view: leaf.view.axes.clone(),
                     cached,
+                    cached_joined,
                 }
             })
             .collect();
@@ -329,6 +344,23 @@ impl RegionRead {
 
 /// The chunks of the joined materials `c` overlapping `read_box` (in the joined values),
 /// part by part.
+/// The chunks of joined leaf `c` overlapping `read_box`, each with its decoded values, when
+/// an earlier stage kept every one of them (see `exec::chunk_cache`); else none.
+fn kept_joined(
+    c: &LeafConcat,
+    arrays: &Materials,
+    read_box: &Region,
+) -> Vec<(LeafChunk, Arc<Buffer>)> {
+    joined_chunks(c, arrays, read_box)
+        .into_iter()
+        .map(|lc| {
+            let values = arrays.held(lc.mat).chunk_cache()?.get(&lc.idx)?;
+            Some((lc, values))
+        })
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
+}
+
 fn joined_chunks(c: &LeafConcat, arrays: &[Arc<ZarrArray>], read_box: &Region) -> Vec<LeafChunk> {
     let mut chunks = Vec::new();
     for (k, part, part_box) in c.overlapping(read_box) {
