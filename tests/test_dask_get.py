@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import graphlib
+import itertools
 import operator
 import os
 from pathlib import Path
@@ -942,3 +943,39 @@ def test_a_stored_block_given_a_new_axis_is_read_through_the_plan(tmp_path: Path
     x = da.from_zarr(str(tmp_path / "x.zarr"))
     for y, want in [(da.stack([x], axis=3), np.stack([a], axis=3)), (x[..., None], a[..., None])]:
         np.testing.assert_array_equal(y.compute(scheduler=chunkfuse.dask.get), want)
+
+
+@given(
+    shape=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_scratch_chunks_are_the_blocks_python_reads_back(shape: list[int], data: Any) -> None:
+    """Blocks on a regular grid (Dask's chunks) make the scratch array's chunks, so reading
+    one back reads its own chunk only; blocks on no regular grid are refused."""
+    from chunkfuse.dask.runner import _block_grid
+
+    chunks = [data.draw(st.integers(1, n)) for n in shape]
+    grid = [range(0, n, c) for n, c in zip(shape, chunks, strict=True)]
+    blocks = [
+        tuple((a, min(a + c, n)) for a, c, n in zip(starts, chunks, shape, strict=True))
+        for starts in itertools.product(*grid)
+    ]
+    want = tuple(min(c, n) for c, n in zip(chunks, shape, strict=True))
+    assert _block_grid(tuple(shape), blocks) == want
+    # A block that starts off the grid.
+    if shape[0] > 2 and chunks[0] > 1:
+        first = blocks[0]
+        odd = ((1, min(1 + chunks[0], shape[0])), *first[1:])
+        assert _block_grid(tuple(shape), [*blocks, odd]) is None
+
+
+def test_transposed_blocks_python_reads_back_equal_dask_s(tmp_path: Path) -> None:
+    """A Python function over the transpose of stored blocks (flox's groupby reductions over
+    xarray's transposed variables): the engine computes the transposed blocks, Python reads
+    each back from its own scratch chunk; the values are Dask's."""
+    a = np.arange(8 * 6 * 10, dtype=np.float32).reshape(8, 6, 10)
+    x = da.from_zarr(zarr.create_array(str(tmp_path / "x.zarr"), data=a, chunks=(2, 6, 5)))
+    y = (x.transpose(1, 2, 0) * 2).map_blocks(lambda b: b.cumsum(axis=-1), dtype=x.dtype)
+    np.testing.assert_array_equal(y.compute(scheduler=get), y.compute(scheduler="sync"))
+    stats = last_stats()
+    assert stats.engine_runs == 1 and stats.python_tasks > 0, stats

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import zarr
 from dask._task_spec import DataNode, Task, TaskRef
 from dask.core import flatten
 
@@ -37,6 +36,7 @@ from chunkfuse.distributed.batch import (
 )
 from chunkfuse.distributed.coordinator import batch_budget
 from chunkfuse.distributed.runtime import WorkerShape, default_threads
+from chunkfuse.reading import ArrayReader, read
 
 from .graph import as_task_graph
 from .runner import engine_plan, select_native
@@ -223,9 +223,10 @@ def _barrier(*summaries: Any) -> int:
 
 
 def _read_block(url: str, region: tuple[tuple[int, int], ...], _stage: Any) -> np.ndarray:
-    """A block of the job's scratch array at `url`."""
-    arr = zarr.open_array(url, mode="r")
-    return np.asarray(arr[tuple(slice(a, b) for a, b in region)])
+    """A block of the job's scratch array at `url`, read by the engine on this task's thread
+    (the scheduler runs other tasks on the others)."""
+    box = tuple(slice(a, b) for a, b in region)
+    return np.asarray(read(ArrayReader(url), box, threads=1))
 
 
 def _finish(key: JobKey, token: str, scratch: str, *_read: Any) -> None:

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import zarr
 from dask._task_spec import DataNode, Task, _execute_subgraph
 
 from chunkfuse.common.stored import wraps_stored_array
 from chunkfuse.common.symbols import Full, NotNative
 from chunkfuse.engine_calls import run_plan
+from chunkfuse.reading import ArrayReader
+from chunkfuse.reading import read as read_box
 
 from .direct import direct_reads, read_directly
 from .graph import topological
@@ -367,10 +368,15 @@ def engine_plan(interp: Interpreter, roots: dict[Hashable, Symbol], tmp: str) ->
             for st in sym.stores:
                 stores.setdefault(st.url, []).append(st)
     writes: list[tuple[Full, str, tuple[int, ...], dict[str, Any] | None, None]] = []
+    blocks: dict[str, list[Region]] = {}
+    for sym in roots.values():
+        if isinstance(sym, Blk):
+            blocks.setdefault(sym.full.root, []).append(sym.region)
     for i, (root, (full, _)) in enumerate(sorted(scratch.items())):
         url = f"{tmp}/{i}.zarr"
         scratch[root] = (full, url)
-        writes.append((full, url, _scratch_chunks(full), {"name": "none"}, None))
+        chunks = _scratch_chunks(full, blocks[root])
+        writes.append((full, url, chunks, {"name": "none"}, None))
     # Where each write into part of its target starts (by the write's place in `writes`);
     # a target may take several writes, into boxes apart.
     regions: dict[int, list[int]] = {}
@@ -403,14 +409,16 @@ def _compute(
         plan, max_mem=max_mem, threads=threads, work_dir=tmp, resume=False, device=device
     )
     values: dict[Hashable, Any] = {}
-    opened: dict[str, Any] = {}
+    opened: dict[str, ArrayReader] = {}
 
     def read(full: Full, region: Region) -> np.ndarray:
+        # The engine's read path (its threads, the GIL released), not zarr-python's.
         url = scratch[full.root][1]
-        arr = opened.get(url)
-        if arr is None:
-            arr = opened[url] = zarr.open_array(url, mode="r")
-        return np.asarray(arr[tuple(slice(a, b2) for a, b2 in region)])
+        reader = opened.get(url)
+        if reader is None:
+            reader = opened[url] = ArrayReader(url)
+        box = tuple(slice(a, b2) for a, b2 in region)
+        return np.asarray(read_box(reader, box, threads=threads))
 
     for key, sym in roots.items():
         if isinstance(sym, Blk):
@@ -429,8 +437,13 @@ def _write_index(op: dict[str, Any]) -> int | None:
     return int(str(op["id"]).rsplit(".", 1)[-1])
 
 
-def _scratch_chunks(full: Full) -> tuple[int, ...]:
-    """Chunks of a scratch array: about 16 MB, whole trailing axes first."""
+def _scratch_chunks(full: Full, blocks: list[Region]) -> tuple[int, ...]:
+    """Chunks of a scratch array: the `blocks` Python reads back from it when they lie on
+    one regular grid (Dask's chunks), so that each block reads its own chunk and no other;
+    else about 16 MB, whole trailing axes first."""
+    grid = _block_grid(full.shape, blocks)
+    if grid is not None:
+        return grid
     itemsize = full.dtype.itemsize
     budget = max(1, (16 << 20) // max(1, itemsize))
     chunks = []
@@ -441,3 +454,23 @@ def _scratch_chunks(full: Full) -> tuple[int, ...]:
         chunks.append(take)
         inner *= take
     return tuple(reversed(chunks))
+
+
+def _block_grid(shape: tuple[int, ...], blocks: list[Region]) -> tuple[int, ...] | None:
+    """The regular chunk grid whose chunks are `blocks` (per axis: the largest block's
+    length, every block starting on a multiple of it and ending on one or at the array's
+    end); None when they lie on no such grid."""
+    if not blocks:
+        return None
+    grid = []
+    for d, n in enumerate(shape):
+        size = max(b[d][1] - b[d][0] for b in blocks)
+        if size <= 0:
+            if n > 0:
+                return None
+            grid.append(1)
+            continue
+        if any(b[d][0] % size or (b[d][1] != n and b[d][1] % size) for b in blocks):
+            return None
+        grid.append(size)
+    return tuple(grid)
