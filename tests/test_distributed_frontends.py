@@ -218,6 +218,31 @@ def test_a_value_error_in_a_batch_is_a_value_error_as_in_dask(tmp_path: Path) ->
     assert list(work.iterdir()) == [], "a failed compute's scratch was left"
 
 
+def test_disable_gives_dask_back_its_own_settings(tmp_path: Path) -> None:
+    """`disable()` puts Dask's settings back as `enable()` found them: it used to leave
+    `array_optimize` set to None, which turns Dask's own array optimisation off (no fusion,
+    no culling) for the rest of the process."""
+    x = da.from_zarr(
+        zarr.create_array(str(tmp_path / "x.zarr"), data=np.ones((4, 6)), chunks=(2, 2))
+    )
+
+    def python_steps() -> list[str]:
+        z = x.map_blocks(lambda b: np.sort(b, axis=1)).mean(axis=0)
+        return sorted(s.op for s in chunkfuse.dask.explain(z).python_steps)
+
+    before, fused = dict(dask.config.config), python_steps()
+    with dask.config.set({"array.rechunk.method": "p2p"}):
+        chunkfuse.dask.enable(work_dir=str(tmp_path))
+        chunkfuse.dask.enable(work_dir=str(tmp_path), batches_per_worker=2)
+        assert x.sum().compute() == 24
+        chunkfuse.dask.disable()
+        assert dask.config.get("array.rechunk.method") == "p2p"
+    assert dict(dask.config.config) == before
+    assert python_steps() == fused and "lambda" not in fused, fused
+    chunkfuse.dask.disable()  # without enable(): nothing to undo
+    assert dict(dask.config.config) == before
+
+
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
 def test_a_failed_compute_leaves_no_scratch(tmp_path: Path, scheduler: str) -> None:
     """A batch fails while others still run in the pool: the graph's scratch (its

@@ -81,6 +81,8 @@ class _AfterAFailedCompute(Callback):
 
 #: Registered while `enable()` is in force.
 _after_a_failure = _AfterAFailedCompute()
+#: The settings each `enable()` made, last last: `disable()` undoes them in turn.
+_enabled: list[Any] = []
 
 
 @contextmanager
@@ -125,14 +127,16 @@ def enable(
 ) -> None:
     """`enabled(...)` for the rest of the process (until `disable()`), Ctrl-C included: when
     it ends a compute, the engine batches Dask's local pools still run in this process stop."""
-    dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device))
+    _enabled.append(dask.config.set(_settings(max_mem, work_dir, batches_per_worker, device)))
     _after_a_failure.register()  # a set's member: once however often enable() is called
 
 
 def disable() -> None:
-    """Undoes `enable()`: Dask optimises and runs graphs its own way again."""
-    dask.config.set(
-        {"array_optimize": None, "delayed_optimize": None, "array.rechunk.method": None}
-    )
+    """Undoes `enable()`: Dask's settings are as they were before it (Dask optimises and runs
+    graphs its own way again)."""
+    # Each setting put back as `enable()` found it: a key Dask did not hold is taken out, not
+    # set to None (an `array_optimize` of None turns Dask's own array optimisation off).
+    while _enabled:
+        _enabled.pop().__exit__(None, None, None)
     with suppress(KeyError):  # not enabled
         _after_a_failure.unregister()
