@@ -358,20 +358,19 @@ def engine_plan(interp: Interpreter, roots: dict[Hashable, Symbol], tmp: str) ->
     # A reduction's value is a block of the reduction's whole result.
     roots = {k: interp.reduced(s) if isinstance(s, Red) else s for k, s in roots.items()}
     scratch: dict[str, tuple[Full, str]] = {}
+    # The blocks Python reads back from each scratch array, which its chunks follow.
+    blocks: dict[str, list[Region]] = {}
     stores: dict[str, list[Store]] = {}
     for sym in roots.values():
         if isinstance(sym, Blk):
             scratch.setdefault(sym.full.root, (sym.full, ""))
+            blocks.setdefault(sym.full.root, []).append(sym.region)
         elif isinstance(sym, Store):
             stores.setdefault(sym.url, []).append(sym)
         elif isinstance(sym, Stored):
             for st in sym.stores:
                 stores.setdefault(st.url, []).append(st)
     writes: list[tuple[Full, str, tuple[int, ...], dict[str, Any] | None, None]] = []
-    blocks: dict[str, list[Region]] = {}
-    for sym in roots.values():
-        if isinstance(sym, Blk):
-            blocks.setdefault(sym.full.root, []).append(sym.region)
     for i, (root, (full, _)) in enumerate(sorted(scratch.items())):
         url = f"{tmp}/{i}.zarr"
         scratch[root] = (full, url)
