@@ -22,6 +22,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
+def _zero(dtype: np.dtype) -> Any:
+    """Zarr v3's JSON for a zero fill value of `dtype`."""
+    if dtype.kind == "b":
+        return False
+    if dtype.kind in "iu":
+        return 0
+    return [0.0, 0.0] if dtype.kind == "c" else 0.0
+
+
 def _write_array(path: Path, values: np.ndarray, chunks: tuple[int, ...]) -> str:
     """`values` as a Zarr v3 array with the `bytes` codec alone, chunk by chunk."""
     meta = {
@@ -31,7 +40,7 @@ def _write_array(path: Path, values: np.ndarray, chunks: tuple[int, ...]) -> str
         "data_type": values.dtype.name,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0 if values.dtype.kind in "iu" else (False if values.dtype == bool else 0.0),
+        "fill_value": _zero(values.dtype),
         "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
     }
     path.mkdir(parents=True)

@@ -14,11 +14,12 @@ from typing import Any
 from chunkfuse import _engine
 from chunkfuse.engine_calls import device_info, engine_version, explain_plan, run_plan
 from chunkfuse.iomode import io_mode, set_io, set_io_timeouts
-from chunkfuse.reading import ArrayReader, ChunkCache, read, read_windows
+from chunkfuse.reading import ArrayReader, ChunkCache, DeviceArray, read, read_windows
 
 __all__ = [
     "ArrayReader",
     "ChunkCache",
+    "DeviceArray",
     "RustExecutor",
     "__version__",
     "device_info",

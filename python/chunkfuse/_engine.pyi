@@ -16,6 +16,7 @@ __all__ = [
     "run_chunk_function",
     "ArrayReader",
     "ChunkCache",
+    "DeviceArray",
     "PooledBuffer",
     "feistel_permute",
     "decode_cf",
@@ -80,6 +81,13 @@ class ArrayReader:
         threads: int = ...,
         cache: ChunkCache | None = ...,
     ) -> None: ...
+    def read_device(
+        self,
+        starts: list[list[int]],
+        shape: list[int],
+        out_shape: list[int],
+        threads: int = ...,
+    ) -> DeviceArray: ...
     def count_missing(
         self,
         shape: list[int],
@@ -88,6 +96,30 @@ class ArrayReader:
         missing: float | None = ...,
         threads: int = ...,
     ) -> None: ...
+
+@final
+class DeviceArray:
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def stats(self) -> dict[str, Any]: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = ...,
+        max_version: Any = ...,
+        dl_device: tuple[int, int] | None = ...,
+        copy: bool | None = ...,
+    ) -> Any: ...
+    def copy_to_host(self, out: Any) -> None: ...
+    def numpy(self) -> Any: ...
 
 def feistel_permute(
     size: int, keys: list[int], positions: Any, out: Any, inverse: bool = ...

@@ -2,6 +2,7 @@
 //! GIL; errors map to `chunkfuse.exceptions` classes by kind.
 
 mod chunk_function;
+mod device_array;
 mod driver;
 mod gate;
 mod job;
@@ -196,6 +197,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_function::run_chunk_function, m)?)?;
     m.add_class::<reading::ArrayReader>()?;
     m.add_class::<reading::ChunkCache>()?;
+    m.add_class::<device_array::DeviceArray>()?;
     m.add_class::<pooled::PooledBuffer>()?;
     m.add_function(wrap_pyfunction!(permute::feistel_permute, m)?)?;
     m.add_function(wrap_pyfunction!(reading::decode_cf, m)?)?;

@@ -12,6 +12,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::device_array::DeviceArray;
 use crate::to_py;
 
 /// An array opened for direct reads.
@@ -100,6 +101,28 @@ impl ArrayReader {
         })?;
         drop(buffer);
         Ok(())
+    }
+
+    /// Reads the windows of `shape` at each of `starts` onto the GPU (`CHUNKFUSE_CUDA_DEVICE`
+    /// picks it) as one array of `out_shape`, which holds `len(starts) * prod(shape)` values:
+    /// zstd chunks are decoded there by nvCOMP, others on `threads` CPU threads (0: one per
+    /// core). Without a usable GPU, an error saying why, before anything is read.
+    #[pyo3(signature = (starts, shape, out_shape, threads=0))]
+    fn read_device(
+        &self,
+        py: Python<'_>,
+        starts: Vec<Vec<u64>>,
+        shape: Vec<u64>,
+        out_shape: Vec<u64>,
+        threads: usize,
+    ) -> PyResult<DeviceArray> {
+        let array = self.array.clone();
+        let (mut out, stats) = crate::gate::call(py, move || {
+            let gpu = chunkfuse_engine::kernels::eval::gpu::gpu()?;
+            read::read_windows_to_device(&array, &starts, &shape, gpu, threads)
+        })?;
+        out.reshape(&out_shape).map_err(to_py)?;
+        Ok(DeviceArray::new(out, stats))
     }
 
     /// Fills `out` (a writable C-contiguous buffer of exactly `prod(len(s) for s in starts)`

@@ -12,6 +12,8 @@ mod cache;
 mod cf;
 mod decode;
 mod destination;
+#[cfg(feature = "cuda")]
+mod device;
 mod missing;
 mod plan;
 mod windows;
@@ -23,6 +25,8 @@ use crate::zarr::ZarrArray;
 pub use cache::{CacheStats, ChunkCache};
 pub use cf::{decode_cf, CfDecoding};
 pub(crate) use destination::Destination;
+#[cfg(feature = "cuda")]
+pub use device::{read_windows_to_device, DeviceReadStats};
 pub use missing::missing_counts;
 pub use windows::{read_region, read_windows, read_windows_cached};
 
@@ -44,18 +48,30 @@ mod tests {
     use crate::zarr::{ArraySpec, Codec};
 
     fn sample_array(dir: &std::path::Path, codec_default: bool) -> (ZarrArray, Vec<f32>) {
+        let codec = if codec_default {
+            Codec::default()
+        } else {
+            Codec::None
+        };
+        let values: Vec<f32> = (0..7 * 10 * 9).map(|i| i as f32 * 0.5 - 3.0).collect();
+        (sample_array_with(dir, codec, None, &values), values)
+    }
+
+    /// A 7 x 10 x 9 float32 array of 3 x 4 x 4 chunks (edge chunks padded) with `codec` and
+    /// `shards`, holding `values`.
+    pub(super) fn sample_array_with(
+        dir: &std::path::Path,
+        codec: Codec,
+        shards: Option<Vec<u64>>,
+        values: &[f32],
+    ) -> ZarrArray {
         let store: Arc<dyn Store> = Arc::new(FsStore::new(dir, 2).unwrap());
-        let shape = vec![7u64, 10, 9];
         let spec = ArraySpec {
-            shape: shape.clone(),
+            shape: vec![7, 10, 9],
             dtype: DType::F32,
             chunks: vec![3, 4, 4],
-            shards: None,
-            codec: if codec_default {
-                Codec::default()
-            } else {
-                Codec::None
-            },
+            shards,
+            codec,
             zarr_format: 3,
             fill: None,
             overwrite: true,
@@ -63,13 +79,18 @@ mod tests {
             region: None,
         };
         let arr = ZarrArray::create(store, &spec).unwrap();
-        let values: Vec<f32> = (0..7 * 10 * 9).map(|i| i as f32 * 0.5 - 3.0).collect();
-        let whole = Region::whole(&shape);
+        store_values(&arr, values);
+        arr
+    }
+
+    /// Stores `values` (the whole array, C order) in `arr`, chunk by chunk (or shard by shard).
+    pub(super) fn store_values(arr: &ZarrArray, values: &[f32]) {
+        let whole = Region::whole(&arr.shape());
         for idx in arr.grid().chunk_indices() {
             let region = arr.grid().chunk_region(&idx);
             let mut buf = crate::array::Buffer::zeros(DType::F32, region.len() as usize);
             crate::array::buffer::copy_region(
-                bytemuck::cast_slice(&values),
+                bytemuck::cast_slice(values),
                 &whole,
                 buf.bytes_mut(),
                 &region,
@@ -80,7 +101,6 @@ mod tests {
                 arr.store().set(&arr.chunk_key(&idx), bytes).unwrap();
             }
         }
-        (arr, values)
     }
 
     fn expected(values: &[f32], start: &[u64], size: &[u64]) -> Vec<f32> {

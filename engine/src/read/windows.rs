@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::zarr::ZarrArray;
 
 /// Checks a window against the array's shape.
-fn check_window(shape: &[u64], start: &[u64], size: &[u64], what: &str) -> Result<()> {
+pub(super) fn check_window(shape: &[u64], start: &[u64], size: &[u64], what: &str) -> Result<()> {
     if start.len() != shape.len() || size.len() != shape.len() {
         return Err(Error::plan(
             what,
@@ -33,6 +33,17 @@ fn check_window(shape: &[u64], start: &[u64], size: &[u64], what: &str) -> Resul
         }
     }
     Ok(())
+}
+
+/// The windows of shape `size` at each of `starts`.
+pub(super) fn windows_at(starts: &[Vec<u64>], size: &[u64]) -> Vec<Region> {
+    starts
+        .iter()
+        .map(|s| Region {
+            start: s.clone(),
+            shape: size.to_vec(),
+        })
+        .collect()
 }
 
 /// Reads `region` of `array` into `out`, C order (exactly `region.len() * itemsize` bytes).
@@ -91,13 +102,7 @@ pub fn read_windows_cached(
     if window_bytes == 0 || starts.is_empty() {
         return Ok(());
     }
-    let windows: Vec<Region> = starts
-        .iter()
-        .map(|s| Region {
-            start: s.clone(),
-            shape: size.to_vec(),
-        })
-        .collect();
+    let windows = windows_at(starts, size);
     let cache = cache.filter(|c| c.budget() > 0);
     let plan = plan::plan(array, &windows, cache)?;
     let dest = Destination::over(out, window_bytes, windows);

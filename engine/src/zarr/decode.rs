@@ -139,6 +139,17 @@ impl ZarrArray {
         (stored_shape == region.shape && bytes.len() == len).then_some(bytes)
     }
 
+    /// The shape chunk `idx` is encoded with when its stored bytes are one zstd frame of
+    /// little-endian values (a GPU decodes those with nvCOMP); `None` for other codecs, for
+    /// windows of arrays and for sharded arrays, whose chunks are decoded on the CPU.
+    pub fn zstd_frame_shape(&self, idx: &[u64]) -> Option<Vec<u64>> {
+        let plain = self.window.is_none() && self.shard.is_none();
+        if self.fast != Some(FastCodec::Zstd) || !plain || !cfg!(target_endian = "little") {
+            return None;
+        }
+        self.stored_chunk_shape(idx).ok()
+    }
+
     /// True when the first bytes of chunk `idx` can be decoded alone (see
     /// [`decode_chunk_prefix`](Self::decode_chunk_prefix)): zstd chunks inside the array.
     pub fn prefix_decodable(&self, idx: &[u64]) -> bool {

@@ -11,6 +11,7 @@ use cudarc::nvrtc::CompileOptions;
 use super::codegen::{kernel_source, KERNEL_NAME};
 use super::failure::{cuda_error, guarded, panic_message};
 use super::launch::LaunchArgs;
+use super::read_staging::ReadStaging;
 use super::staging::with_staging;
 use crate::array::{Buffer, DType};
 use crate::error::{Error, ErrorKind, Result};
@@ -33,6 +34,10 @@ pub struct Gpu {
     kernels: Mutex<HashMap<String, CudaFunction>>,
     /// Resident memory that opening the device and NVRTC took.
     driver_bytes: u64,
+    /// The device's ordinal.
+    ordinal: usize,
+    /// The buffers device reads reuse (one read at a time).
+    read_staging: Mutex<Option<ReadStaging>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -108,6 +113,8 @@ fn open() -> std::result::Result<Gpu, String> {
         name,
         kernels: Mutex::new(HashMap::new()),
         driver_bytes: resident_bytes().saturating_sub(before),
+        ordinal,
+        read_staging: Mutex::new(None),
     })
 }
 
@@ -157,6 +164,75 @@ impl Gpu {
         format!("{} ({})", self.name, self.arch)
     }
 
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Makes the device's context current on this thread.
+    pub fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| cuda_error("binding the context", e))
+    }
+
+    /// A new stream on the device.
+    pub(super) fn new_stream(&self) -> Result<Arc<cudarc::driver::CudaStream>> {
+        self.ctx
+            .new_stream()
+            .map_err(|e| cuda_error("creating a stream", e))
+    }
+
+    /// A new event that records times.
+    pub(super) fn new_event(&self) -> Result<cudarc::driver::CudaEvent> {
+        self.ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| cuda_error("creating an event", e))
+    }
+
+    /// Runs `f` with the buffers device reads reuse (made on first use); reads wait here for
+    /// each other.
+    pub(super) fn with_read_staging<T>(
+        &self,
+        f: impl FnOnce(&mut ReadStaging) -> Result<T>,
+    ) -> Result<T> {
+        guarded("reading onto the device", || {
+            let mut slot = self
+                .read_staging
+                .lock()
+                .map_err(|_| Error::internal("device read staging poisoned"))?;
+            if slot.is_none() {
+                *slot = Some(ReadStaging::new(self.new_stream()?));
+            }
+            match slot.as_mut() {
+                Some(st) => f(st),
+                None => Err(Error::internal("no device read staging")),
+            }
+        })
+    }
+
+    /// Kernel `name` of CUDA C `src`, compiled on first use and cached by source.
+    pub(super) fn function(&self, src: &str, name: &str) -> Result<CudaFunction> {
+        let mut cache = self
+            .kernels
+            .lock()
+            .map_err(|_| Error::internal("GPU kernel cache poisoned"))?;
+        if let Some(f) = cache.get(src) {
+            return Ok(f.clone());
+        }
+        let what = format!("compiling kernel {name}");
+        let ptx = compile_ptx(src, &self.arch).map_err(|e| cuda_error(&what, e))?;
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| cuda_error(&what, e))?;
+        let f = module
+            .load_function(name)
+            .map_err(|e| cuda_error(&what, e))?;
+        cache.insert(src.to_string(), f.clone());
+        Ok(f)
+    }
+
     /// Resident host memory the CUDA driver and NVRTC took when the device opened (a run's
     /// budget sets it aside).
     pub fn driver_bytes(&self) -> u64 {
@@ -185,26 +261,7 @@ impl Gpu {
         let Ok(src) = kernel_source(prog, leaf_dtypes, rank) else {
             return Ok(None);
         };
-        let mut cache = self
-            .kernels
-            .lock()
-            .map_err(|_| Error::internal("GPU kernel cache poisoned"))?;
-        let func = match cache.get(&src) {
-            Some(f) => f.clone(),
-            None => {
-                let ptx = compile_ptx(&src, &self.arch)
-                    .map_err(|e| cuda_error("compiling a fused kernel", e))?;
-                let module = self
-                    .ctx
-                    .load_module(ptx)
-                    .map_err(|e| cuda_error("loading a fused kernel", e))?;
-                let f = module
-                    .load_function(KERNEL_NAME)
-                    .map_err(|e| cuda_error("loading a fused kernel", e))?;
-                cache.insert(src, f.clone());
-                f
-            }
-        };
+        let func = self.function(&src, KERNEL_NAME)?;
         Ok(Some(GpuKernel {
             gpu: self,
             func,

@@ -36,7 +36,7 @@ impl Drop for Pinned {
 }
 
 /// A device allocation of `len` bytes.
-struct DeviceBuf {
+pub struct DeviceBuf {
     ptr: CUdeviceptr,
     len: usize,
 }
@@ -93,7 +93,9 @@ fn pinned(ctx: &Arc<CudaContext>) -> Result<Pinned> {
     })
 }
 
-fn grow(slot: &mut Option<DeviceBuf>, len: usize) -> Result<CUdeviceptr> {
+/// The address of `slot`'s allocation, made again (at least `len` bytes, rounded up to a
+/// MiB) when it is smaller.
+pub fn grow(slot: &mut Option<DeviceBuf>, len: usize) -> Result<CUdeviceptr> {
     if let Some(b) = slot.as_ref().filter(|b| b.len >= len) {
         return Ok(b.ptr);
     }

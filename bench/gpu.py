@@ -1,0 +1,274 @@
+"""Reads onto the GPU against the CPU engine on all cores, on one machine, in one process.
+
+    python bench/gpu.py [--time 256] [--repeat 3] [--batches 20] [--out bench/GPU.md]
+                        [--json FILE] [--quick]
+
+Two ERA5-like float32 arrays of (time, 721, 1440), one chunk per time step (4.2 MB), zstd
+level 3, written here by the engine: "smooth" (a smooth field with a little noise, packed to
+1/8 K: zstd ratio ~4.4) and "noisy" (the field plus N(0, 3) noise, ratio ~1.3). For each,
+best of `--repeat`, data in the page cache:
+
+- CPU decode floor: `chunkfuse bench decode` (every chunk in memory decoded by libzstd on all
+  cores, no IO), when the CLI is found (`CHUNKFUSE_BIN`, else target/release/chunkfuse);
+- nvCOMP decode: the decode time of a whole-array device read, timed by CUDA events;
+- whole array to host: `chunkfuse.read(url)` on all cores;
+- whole array to the GPU: `chunkfuse.read(url, device="cuda")`, against the host read plus
+  `torch.Tensor.cuda()`;
+- training batches: `--batches` batches of 32 windows of 4 x 128 x 128 at random anchors,
+  `read_windows(..., device="cuda")` handed to torch by DLPack, against `read_windows` to
+  host memory plus `.cuda()`.
+
+Each run appends a section (the date, the GPU and the CPU count) to `--out`. --quick: tiny
+arrays (8 x 73 x 144, one round, 2 batches of 8 windows of 2 x 16 x 16), report in a
+temporary directory unless --out is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS_NOTE = "Each section is one run of `bench/gpu.py` on the machine it names."
+
+
+def field(t: int, nlat: int, nlon: int, kind: str) -> np.ndarray:
+    """Time step `t` of the `kind` ("smooth" or "noisy") array."""
+    lat = np.radians(np.linspace(-90, 90, nlat, dtype=np.float32))[:, None]
+    lon = np.radians(np.linspace(0, 360, nlon, endpoint=False, dtype=np.float32))[None, :]
+    base = 250 + 40 * np.cos(lat) + 6 * np.sin(3 * lon + 0.1 * t) * np.cos(2 * lat)
+    rng = np.random.default_rng([7, t])
+    if kind == "smooth":
+        # Packed to 1/8 K with a little noise, as GRIB-packed reanalysis values are.
+        return (np.round((base + rng.normal(0, 0.3, size=(nlat, nlon))) * 8) / 8).astype(np.float32)
+    return (base + rng.normal(0, 3, size=(nlat, nlon))).astype(np.float32)
+
+
+def write_raw(path: Path, shape: tuple[int, int, int], kind: str) -> None:
+    """An uncompressed Zarr v3 array, one chunk per time step."""
+    meta = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(shape),
+        "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, *shape[1:]]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0,
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+    }
+    path.mkdir(parents=True)
+    (path / "zarr.json").write_text(json.dumps(meta))
+    for t in range(shape[0]):
+        chunk = path / "c" / str(t) / "0" / "0"
+        chunk.parent.mkdir(parents=True)
+        chunk.write_bytes(field(t, shape[1], shape[2], kind).astype("<f4").tobytes())
+
+
+def make(data: Path, shape: tuple[int, int, int], kind: str) -> str:
+    """The zstd-3 `kind` array under `data`, written by the engine from a raw copy."""
+    import chunkfuse
+
+    raw, target = data / f"{kind}-raw.zarr", data / f"{kind}.zarr"
+    write_raw(raw, shape, kind)
+    plan = {
+        "name": "compress",
+        "arrays": [{"id": "x", "zarr": "${source}"}],
+        "ops": [
+            {
+                "id": "out",
+                "op": "write",
+                "input": "x",
+                "target": "${target}",
+                "chunks": [1, -1, -1],
+                "codec": {"name": "zstd", "level": 3},
+            }
+        ],
+    }
+    chunkfuse.run_plan(plan, {"source": str(raw), "target": str(target)})
+    shutil.rmtree(raw)
+    return str(target)
+
+
+def stored_bytes(url: str) -> int:
+    return sum(p.stat().st_size for p in Path(url).rglob("*") if p.is_file())
+
+
+def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """The least wall time of `repeat` calls after one warm-up, and the fastest call's value."""
+    fn()
+    times: list[tuple[float, Any]] = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        value = fn()
+        times.append((time.perf_counter() - t0, value))
+    return min(times, key=lambda tv: tv[0])
+
+
+def cli_decode(url: str) -> dict[str, Any] | None:
+    """`chunkfuse bench decode` on all cores, when the CLI is found."""
+    binary = os.environ.get("CHUNKFUSE_BIN") or str(ROOT / "target" / "release" / "chunkfuse")
+    if not os.path.exists(binary):
+        return None
+    done = subprocess.run(
+        [binary, "bench", "decode", url, "--json"], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
+def measure(
+    url: str,
+    shape: tuple[int, ...],
+    repeat: int,
+    batches: int,
+    window: tuple[int, ...],
+    per_batch: int,
+) -> dict[str, Any]:
+    import chunkfuse
+    import torch
+
+    nbytes = int(np.prod(shape)) * 4
+    out: dict[str, Any] = {"decoded_gb": nbytes / 1e9, "ratio": nbytes / stored_bytes(url)}
+    floor = cli_decode(url)
+    if floor:
+        out["cpu_decode_gbs"] = floor["decoded_bytes"] / 1e9 / floor["decode_seconds"]
+    sync = torch.cuda.synchronize
+    out["host_read_s"], _ = best(lambda: chunkfuse.read(url), repeat)
+    out["device_read_s"], dev = best(lambda: chunkfuse.read(url, device="cuda"), repeat)
+    stats = dev.stats
+    out["device_stats"] = stats
+    if stats["decode_seconds"] > 0:
+        out["nvcomp_decode_gbs"] = stats["device_decoded_bytes"] / 1e9 / stats["decode_seconds"]
+    np.testing.assert_array_equal(dev.numpy(), chunkfuse.read(url))
+    # nvCOMP's rate by the frames one call decodes (its work is per frame).
+    by_frames = {}
+    for n in sorted({max(shape[0] // 16, 1), max(shape[0] // 4, 1), shape[0]}):
+        _, part = best(lambda n=n: chunkfuse.read(url, np.s_[:n], device="cuda"), repeat)
+        s = part.stats
+        by_frames[n] = s["device_decoded_bytes"] / 1e9 / max(s["decode_seconds"], 1e-9)
+    out["nvcomp_gbs_by_frames"] = by_frames
+
+    def host_to_gpu() -> None:
+        torch.from_numpy(chunkfuse.read(url)).cuda()
+        sync()
+
+    out["host_read_to_gpu_s"], _ = best(host_to_gpu, repeat)
+    reader = chunkfuse.ArrayReader(url)
+    rng = np.random.default_rng(0)
+    highs = np.array(shape) - np.array(window) + 1
+    anchors = [rng.integers(0, highs, size=(per_batch, len(shape))) for _ in range(batches)]
+
+    def cpu_batches() -> None:
+        for a in anchors:
+            torch.from_numpy(chunkfuse.read_windows(reader, a, window)).cuda()
+        sync()
+
+    def gpu_batches() -> None:
+        for a in anchors:
+            torch.from_dlpack(chunkfuse.read_windows(reader, a, window, device="cuda"))
+        sync()
+
+    check = chunkfuse.read_windows(reader, anchors[0], window, device="cuda").numpy()
+    np.testing.assert_array_equal(check, chunkfuse.read_windows(reader, anchors[0], window))
+    out["batches_cpu_s"], _ = best(cpu_batches, repeat)
+    out["batches_gpu_s"], _ = best(gpu_batches, repeat)
+    out["batch_samples"] = batches * per_batch
+    return out
+
+
+def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> str:
+    lines = [
+        f"## Device reads, {dt.date.today().isoformat()}, {machine}",
+        "",
+        f"`python bench/gpu.py --time {args.time} --repeat {args.repeat} --batches "
+        f"{args.batches}`: best of {args.repeat}, one process, page cache warm. Arrays of "
+        f"({args.time}, {args.lat}, {args.lon}) float32, one zstd-3 chunk per time step.",
+        "",
+        "| array | ratio | CPU decode floor | nvCOMP decode | whole array to host | "
+        "to GPU: host read + .cuda() | to GPU: device read | speed-up | batches/s CPU + "
+        ".cuda() | batches/s device | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, r in results.items():
+        gb = r["decoded_gb"]
+        floor = f"{r['cpu_decode_gbs']:.1f} GB/s" if "cpu_decode_gbs" in r else "n/a"
+        nv = f"{r['nvcomp_decode_gbs']:.1f} GB/s" if "nvcomp_decode_gbs" in r else "n/a"
+        n = r["batch_samples"] / 32 if args.per_batch == 32 else r["batch_samples"] / args.per_batch
+        lines.append(
+            f"| {kind} | {r['ratio']:.2f} | {floor} | {nv} | {r['host_read_s']:.3f} s "
+            f"({gb / r['host_read_s']:.1f} GB/s) | {r['host_read_to_gpu_s']:.3f} s | "
+            f"{r['device_read_s']:.3f} s ({gb / r['device_read_s']:.1f} GB/s) | "
+            f"{r['host_read_to_gpu_s'] / r['device_read_s']:.2f}x | "
+            f"{n / r['batches_cpu_s']:.1f} | {n / r['batches_gpu_s']:.1f} | "
+            f"{r['batches_cpu_s'] / r['batches_gpu_s']:.2f}x |"
+        )
+    lines.append("")
+    for kind, r in results.items():
+        s = r["device_stats"]
+        lines.append(
+            f"- {kind}, device read of the whole array: {s['chunks']} chunks, "
+            f"{s['device_decoded']} decoded by nvCOMP; waiting for storage "
+            f"{s['wait_seconds']:.3f} s, device batches {s['device_seconds']:.3f} s (copies "
+            f"{s['upload_seconds']:.3f} s, nvCOMP {s['decode_seconds']:.3f} s, placing "
+            f"{s['place_seconds']:.3f} s), of {s['seconds']:.3f} s. nvCOMP by frames per "
+            "call: "
+            + ", ".join(f"{n}: {g:.1f} GB/s" for n, g in r["nvcomp_gbs_by_frames"].items())
+            + "."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--time", type=int, default=256)
+    ap.add_argument("--lat", type=int, default=721)
+    ap.add_argument("--lon", type=int, default=1440)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--per-batch", type=int, default=32)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    window: tuple[int, ...] = (4, 128, 128)
+    if args.quick:
+        args.time, args.lat, args.lon, args.repeat, args.batches = 8, 73, 144, 1, 2
+        args.per_batch, window = 8, (2, 16, 16)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench/gpu.py needs a CUDA GPU (torch sees none)", file=sys.stderr)
+        return 1
+    machine = f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores"
+    shape = (args.time, args.lat, args.lon)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="chunkfuse-gpu-bench-") as tmp:
+        for kind in ("smooth", "noisy"):
+            url = make(Path(tmp), shape, kind)
+            results[kind] = measure(url, shape, args.repeat, args.batches, window, args.per_batch)
+            print(kind, json.dumps(results[kind]), flush=True)
+    text = report(results, machine, args)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+    out = args.out or (None if args.quick else ROOT / "bench" / "GPU.md")
+    if out:
+        head = "" if out.exists() else f"# GPU runs\n\n{RUNS_NOTE}\n\n"
+        with out.open("a") as f:
+            f.write(head + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

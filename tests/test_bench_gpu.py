@@ -1,0 +1,49 @@
+"""bench/gpu.py: its two arrays differ in compressibility as it says, and `--quick` runs end to
+end on a machine with a CUDA GPU or refuses clearly without one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import chunkfuse
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import gpu  # noqa: E402
+
+
+def test_the_smooth_array_compresses_better_than_the_noisy_one(tmp_path: Path) -> None:
+    shape = (4, 73, 144)
+    ratios = {}
+    for kind in ("smooth", "noisy"):
+        url = gpu.make(tmp_path, shape, kind)
+        values = chunkfuse.read(url)
+        np.testing.assert_array_equal(values[2], gpu.field(2, 73, 144, kind))
+        ratios[kind] = values.nbytes / gpu.stored_bytes(url)
+        assert not (tmp_path / f"{kind}-raw.zarr").exists()
+    assert ratios["smooth"] > 1.5 * ratios["noisy"] and ratios["noisy"] > 1.0, ratios
+
+
+def test_quick_runs_on_a_gpu_and_refuses_clearly_without_one(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "gpu.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if not torch.cuda.is_available():
+        assert done.returncode == 1 and "needs a CUDA GPU" in done.stderr, done.stderr
+        assert not out.exists()
+        return
+    assert done.returncode == 0, done.stderr
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"smooth", "noisy"}
+    assert all(r["device_stats"]["device_decoded"] > 0 for r in results.values()), results
