@@ -15,8 +15,11 @@ best of `--repeat`, data in the page cache:
 - whole array to the GPU: `chunkfuse.read(url, device="cuda")`, against the host read plus
   `torch.Tensor.cuda()`;
 - training batches: `--batches` batches of 32 windows of 4 x 128 x 128 at random anchors,
-  `read_windows(..., device="cuda")` handed to torch by DLPack, against `read_windows` to
-  host memory plus `.cuda()`.
+  `read_windows(..., device="cuda")` handed to torch by DLPack, one read per batch and one
+  per 5 batches (split into views, as a loader prefetching 5 batches would), against
+  `read_windows` to host memory plus `.cuda()` the same two ways (the grouped speed-up is
+  against the faster of those);
+- nvCOMP's rate by the frames one call decodes.
 
 Each run appends a section (the date, the GPU and the CPU count) to `--out`. --quick: tiny
 arrays (8 x 73 x 144, one round, 2 batches of 8 windows of 2 x 16 x 16), report in a
@@ -41,6 +44,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Batches one grouped device read takes.
+GROUP = 5
 RUNS_NOTE = "Each section is one run of `bench/gpu.py` on the machine it names."
 
 
@@ -179,10 +184,28 @@ def measure(
             torch.from_dlpack(chunkfuse.read_windows(reader, a, window, device="cuda"))
         sync()
 
+    def cpu_batches_grouped() -> None:
+        for g in range(0, len(anchors), GROUP):
+            group = np.concatenate(anchors[g : g + GROUP])
+            got = torch.from_numpy(chunkfuse.read_windows(reader, group, window)).cuda()
+            list(torch.split(got, per_batch))
+        sync()
+
+    def gpu_batches_grouped() -> None:
+        # GROUP batches' windows in one read (as a loader prefetching GROUP batches would),
+        # each batch a view of it.
+        for g in range(0, len(anchors), GROUP):
+            group = np.concatenate(anchors[g : g + GROUP])
+            got = torch.from_dlpack(chunkfuse.read_windows(reader, group, window, device="cuda"))
+            list(torch.split(got, per_batch))
+        sync()
+
     check = chunkfuse.read_windows(reader, anchors[0], window, device="cuda").numpy()
     np.testing.assert_array_equal(check, chunkfuse.read_windows(reader, anchors[0], window))
     out["batches_cpu_s"], _ = best(cpu_batches, repeat)
     out["batches_gpu_s"], _ = best(gpu_batches, repeat)
+    out["batches_cpu_grouped_s"], _ = best(cpu_batches_grouped, repeat)
+    out["batches_grouped_s"], _ = best(gpu_batches_grouped, repeat)
     out["batch_samples"] = batches * per_batch
     return out
 
@@ -197,8 +220,9 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
         "",
         "| array | ratio | CPU decode floor | nvCOMP decode | whole array to host | "
         "to GPU: host read + .cuda() | to GPU: device read | speed-up | batches/s CPU + "
-        ".cuda() | batches/s device | speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f".cuda() | batches/s device | speed-up | batches/s, {GROUP} per read: CPU + .cuda() | "
+        "device | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, r in results.items():
         gb = r["decoded_gb"]
@@ -211,7 +235,9 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
             f"{r['device_read_s']:.3f} s ({gb / r['device_read_s']:.1f} GB/s) | "
             f"{r['host_read_to_gpu_s'] / r['device_read_s']:.2f}x | "
             f"{n / r['batches_cpu_s']:.1f} | {n / r['batches_gpu_s']:.1f} | "
-            f"{r['batches_cpu_s'] / r['batches_gpu_s']:.2f}x |"
+            f"{r['batches_cpu_s'] / r['batches_gpu_s']:.2f}x | "
+            f"{n / r['batches_cpu_grouped_s']:.1f} | {n / r['batches_grouped_s']:.1f} | "
+            f"{min(r['batches_cpu_s'], r['batches_cpu_grouped_s']) / r['batches_grouped_s']:.2f}x |"
         )
     lines.append("")
     for kind, r in results.items():

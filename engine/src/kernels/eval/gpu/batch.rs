@@ -169,6 +169,9 @@ impl Gpu {
         out: &DeviceArray,
         window: &[u64],
     ) -> Result<BatchTimes> {
+        if chunks.is_empty() {
+            return Ok(BatchTimes::default());
+        }
         let elem = out.dtype().size();
         let parts: usize = chunks.iter().map(|c| c.parts.len()).sum();
         let lay = layout(chunks, elem, parts)?;
