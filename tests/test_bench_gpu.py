@@ -3,19 +3,31 @@ end on a machine with a CUDA GPU or refuses clearly without one."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import chunkfuse
 import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
 
-import gpu  # noqa: E402
+
+def _bench_gpu() -> Any:
+    """bench/gpu.py as a module, loaded by path: putting bench/ on sys.path would shadow
+    packages by its scripts' names (bench/distributed.py and dask's `distributed`)."""
+    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH / "gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu = _bench_gpu()
 
 
 def test_the_smooth_array_compresses_better_than_the_noisy_one(tmp_path: Path) -> None:
