@@ -95,9 +95,9 @@ impl Prepared {
         BatchChunk {
             bytes: self.bytes(),
             compressed: self.is_frame(),
-            shape: self.shape.clone(),
-            parts: self.parts.clone(),
-            key: self.key.clone(),
+            shape: &self.shape,
+            parts: &self.parts,
+            key: &self.key,
         }
     }
 }

@@ -34,11 +34,11 @@ pub struct BatchChunk<'a> {
     /// Whether nvCOMP decodes `bytes`.
     pub compressed: bool,
     /// The chunk's shape as decoded (C order).
-    pub shape: Vec<u64>,
+    pub shape: &'a [u64],
     /// Where its parts go.
-    pub parts: Vec<Part>,
+    pub parts: &'a [Part],
     /// The chunk's key, for errors.
-    pub key: String,
+    pub key: &'a str,
 }
 
 /// A part of a chunk and where it goes in the output.
@@ -286,10 +286,10 @@ fn descriptors(
         } else {
             input + lay.input_at[i] as u64
         };
-        for p in &c.parts {
+        for p in c.parts {
             let src = Side {
                 base,
-                shape: &c.shape,
+                shape: c.shape,
                 at: &p.from,
             };
             let dst = Side {
@@ -373,7 +373,7 @@ fn check_statuses(
                 ErrorKind::Corrupt,
                 format!("cannot decode chunk on the device: {why}"),
             )
-            .with_chunk_key(&c.key));
+            .with_chunk_key(c.key));
         }
     }
     Ok(())
