@@ -19,7 +19,11 @@ best of `--repeat`, data in the page cache:
   per 5 batches (split into views, as a loader prefetching 5 batches would), against
   `read_windows` to host memory plus `.cuda()` the same two ways (the grouped speed-up is
   against the faster of those);
-- nvCOMP's rate by the frames one call decodes.
+- nvCOMP's rate by the frames one call decodes;
+- whole stages, `plans/era5-sum.json` (sum over time of `(x + 1) * 2`) and
+  `plans/era5-anomaly.json` (x minus its time mean, written as sharded zstd), run with
+  `device="cpu"` (all cores) and `device="cuda"`: in this process (the device already open)
+  and as whole `chunkfuse run` processes (counting the device's opening), outputs compared.
 
 Each run appends a section (the date, the GPU and the CPU count) to `--out`. --quick: tiny
 arrays (8 x 73 x 144, one round, 2 batches of 8 windows of 2 x 16 x 16), report in a
@@ -210,6 +214,50 @@ def measure(
     return out
 
 
+def cli_run(plan: Path, params: dict[str, str], device: str, repeat: int) -> float | None:
+    """The least wall time of `repeat` whole `chunkfuse run` processes (after one warm-up)."""
+    binary = os.environ.get("CHUNKFUSE_BIN") or str(ROOT / "target" / "release" / "chunkfuse")
+    if not os.path.exists(binary):
+        return None
+    args = [binary, "run", str(plan), "--device", device, "--fresh", "--json"]
+    for k, v in params.items():
+        args += ["--param", f"{k}={v}"]
+
+    def once() -> None:
+        subprocess.run(args, capture_output=True, text=True, check=True)
+
+    return best(once, repeat)[0]
+
+
+def measure_stages(url: str, tmp: Path, repeat: int) -> dict[str, Any]:
+    """The sum and anomaly plans on all CPU cores and on the GPU; outputs compared."""
+    import chunkfuse
+
+    out: dict[str, Any] = {}
+    for name in ("era5-sum", "era5-anomaly"):
+        path = ROOT / "plans" / f"{name}.json"
+        plan = json.loads(path.read_text())
+        r: dict[str, Any] = {}
+        values = {}
+        for device in ("cpu", "cuda"):
+            params = {"source": url, "target": str(tmp / f"{name}-{device}.zarr")}
+            r[f"{device}_s"], summary = best(
+                lambda pl=plan, p=params, d=device: chunkfuse.run_plan(
+                    pl, p, device=d, resume=False
+                ),
+                repeat,
+            )
+            r[f"{device}_stages"] = [
+                (s["label"], s["device"], s["device_note"]) for s in summary["stages"]
+            ]
+            r[f"{device}_process_s"] = cli_run(path, params, device, repeat)
+            values[device] = chunkfuse.read(params["target"])
+        np.testing.assert_allclose(values["cuda"], values["cpu"], rtol=1e-5, atol=1e-4)
+        out[name] = r
+        print(name, json.dumps(r), flush=True)
+    return out
+
+
 def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> str:
     lines = [
         f"## Device reads, {dt.date.today().isoformat()}, {machine}",
@@ -252,6 +300,30 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
             + ", ".join(f"{n}: {g:.1f} GB/s" for n, g in r["nvcomp_gbs_by_frames"].items())
             + "."
         )
+    stage_rows = [
+        (kind, name, st) for kind, r in results.items() for name, st in r.get("stages", {}).items()
+    ]
+    if stage_rows:
+        lines += [
+            "",
+            "Whole stages, CPU engine on all cores against the GPU run (in this process with the "
+            "device open; whole `chunkfuse run` processes, counting the device's opening):",
+            "",
+            "| array | plan | CPU | GPU | speed-up | CPU process | GPU process | speed-up | "
+            "GPU run's stages |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for kind, name, st in stage_rows:
+            cp, gp = st["cpu_process_s"], st["cuda_process_s"]
+            procs = f"{cp:.3f} s | {gp:.3f} s | {cp / gp:.2f}x" if cp and gp else "n/a | n/a | n/a"
+            placed = "; ".join(
+                f"{label}: {dev}" + (f" ({note})" if note else "")
+                for label, dev, note in st["cuda_stages"]
+            )
+            lines.append(
+                f"| {kind} | {name} | {st['cpu_s']:.3f} s | {st['cuda_s']:.3f} s | "
+                f"{st['cpu_s'] / st['cuda_s']:.2f}x | {procs} | {placed} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -283,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("smooth", "noisy"):
             url = make(Path(tmp), shape, kind)
             results[kind] = measure(url, shape, args.repeat, args.batches, window, args.per_batch)
+            results[kind]["stages"] = measure_stages(url, Path(tmp), args.repeat)
             print(kind, json.dumps(results[kind]), flush=True)
     text = report(results, machine, args)
     print(text)

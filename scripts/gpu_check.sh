@@ -12,7 +12,7 @@ out=${1:-.}
 nvidia-smi -L
 echo "cpu cores: $(nproc)"
 CHUNKFUSE_REQUIRE_GPU=1 python3 -m pytest -q --noconftest -p no:cacheprovider \
-    tests/test_device.py tests/test_device_read.py
+    tests/test_device.py tests/test_device_read.py tests/test_device_reduce.py
 tests=$?
 # shellcheck disable=SC2086
 python3 bench/gpu.py --out "$out/GPU.md" --json "$out/gpu.json" ${GPU_BENCH_ARGS:-}

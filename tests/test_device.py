@@ -303,9 +303,11 @@ def test_explain_says_where_each_stage_runs_on_a_gpu_and_why(tmp_path: Path) -> 
             {"id": "a", "op": "elementwise", "inputs": ["x"], "expr": _call("add", X, 1)},
             {"id": "p", "op": "elementwise", "inputs": ["n"], "expr": _call("power", X, X)},
             {"id": "s", "op": "reduce", "input": "x", "func": "sum", "axes": [0]},
+            {"id": "m", "op": "reduce", "input": "x", "func": "argmax", "axes": [0]},
             {"id": "wa", "input": "a", "target": str(tmp_path / "a.zarr"), **write},
             {"id": "wp", "input": "p", "target": str(tmp_path / "p.zarr"), **write},
             {"id": "ws", "input": "s", "target": str(tmp_path / "s.zarr"), **write},
+            {"id": "wm", "input": "m", "target": str(tmp_path / "m.zarr"), **write},
         ],
     }
     explained = chunkfuse.explain_plan(plan, device="cuda")
@@ -317,8 +319,9 @@ def test_explain_says_where_each_stage_runs_on_a_gpu_and_why(tmp_path: Path) -> 
     assert placed == {
         "wa": ("gpu", None),
         "wp": ("cpu", "power of int, int values has no GPU form"),
-        "ws": ("cpu", "reductions have no device form yet"),
+        "ws": ("gpu", None),
+        "wm": ("cpu", "the reduction runs on the CPU: argmax has no device form yet"),
     }, placed
     on_cpu = chunkfuse.explain_plan(plan, device="cpu")
     assert {(s["device"], s["device_note"]) for s in on_cpu["stages"]} == {("cpu", None)}
-    assert not any((tmp_path / t).exists() for t in ["a.zarr", "p.zarr", "s.zarr"])
+    assert not any((tmp_path / t).exists() for t in ["a.zarr", "p.zarr", "s.zarr", "m.zarr"])

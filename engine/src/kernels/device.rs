@@ -1,6 +1,6 @@
-//! Where a run's fused elementwise programs execute: the CPU, or a CUDA GPU when the engine
-//! is built with the `cuda` feature and the machine has one. Reductions, FFTs and the codecs
-//! run on the CPU either way.
+//! Where a run's fused elementwise programs and reductions execute: the CPU, or a CUDA GPU
+//! when the engine is built with the `cuda` feature and the machine has one. FFTs and
+//! encoding run on the CPU either way.
 
 use std::fmt;
 use std::str::FromStr;
@@ -140,6 +140,25 @@ pub fn gpu_form(prog: &Program, leaf_dtypes: &[DType], rank: usize) -> Result<()
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (prog, leaf_dtypes, rank);
+        Err("this chunkfuse was built without the cuda feature".to_string())
+    }
+}
+
+/// Whether reducing the values of `prog` (over one input of `leaf_dtype`) by `func` into
+/// `out_dtype` has a GPU form; if not, why. Pure: no device is opened.
+pub fn gpu_reduce_form(
+    func: crate::plan::ReduceFunc,
+    prog: &Program,
+    leaf_dtype: DType,
+    out_dtype: DType,
+) -> Result<(), String> {
+    #[cfg(feature = "cuda")]
+    return super::eval::gpu::reduce_source::reduce_source(func, prog, leaf_dtype, out_dtype)
+        .map(|_| ())
+        .map_err(|why| why.0);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (func, prog, leaf_dtype, out_dtype);
         Err("this chunkfuse was built without the cuda feature".to_string())
     }
 }

@@ -130,6 +130,10 @@ impl Driver {
             limits.workers,
         )?;
         let result = match banded {
+            _ if record.device == "gpu" && matches!(stage, Stage::Reduce { .. }) => {
+                self.drop_caches(&|_, _| false);
+                self.reduce_on_device(stage, &mut record)
+            }
             Some(groups) => {
                 // Its bands were sized for the whole budget.
                 self.drop_caches(&|_, _| false);
@@ -139,6 +143,41 @@ impl Driver {
         };
         self.drop_caches(&|_, last| last > at);
         self.end(stage, before, record, result)
+    }
+
+    /// Runs the reduction `stage` whole on the run's GPU (its placing said it can), then its
+    /// output's write tasks.
+    fn reduce_on_device(&self, stage: &Stage, record: &mut StageRecord) -> Result<()> {
+        if self.explain {
+            return Ok(());
+        }
+        #[cfg(feature = "cuda")]
+        if let (Placement::Gpu(gpu), Stage::Reduce { out, .. }) = (self.engine.placement, stage) {
+            use crate::exec::ops::reduce::{device, device_form};
+            let out = &self.arrays[*out];
+            let form = device_form::device_reduce(stage, out.dtype())
+                .map_err(|why| Error::internal(format!("placed on the GPU, yet {why}")))?;
+            let input = &self.arrays[form.leaf.mat];
+            // The slabs' stored bytes and their reads in flight stay within the budget.
+            let limits = self.limits();
+            let stored_limit = (limits.task_budget / 4).max(1);
+            let tasks = device::run_on_device(
+                stage,
+                &form,
+                input,
+                out,
+                gpu,
+                limits.workers,
+                stored_limit,
+                &self.engine.progress,
+            )?;
+            return self.run_planned(stage, tasks, record);
+        }
+        let _ = record;
+        Err(Error::internal(format!(
+            "{} was placed on a GPU the run has not opened",
+            stage_label(stage)
+        )))
     }
 
     /// Runs the parts `parts` of stage `at` (see [`Task::part`]), each task reading its own
@@ -178,7 +217,12 @@ impl Driver {
         let mut record = tasks::stage_record(at, stage, &self.arrays);
         record.task_budget = self.engine.task_budget;
         if self.gpu {
-            let placed = placing::on_a_gpu(stage);
+            let out = match stage {
+                Stage::Compute { out, .. }
+                | Stage::Stream { out, .. }
+                | Stage::Reduce { out, .. } => *out,
+            };
+            let placed = placing::on_a_gpu(stage, self.arrays[out].dtype());
             record.device = placed.device.to_string();
             record.device_note = placed.note;
         }

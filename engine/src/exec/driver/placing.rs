@@ -1,7 +1,10 @@
 //! Where each stage's work runs when the run has a GPU: a compute stage's fused elementwise
-//! program on the device when it has a device form, everything else on the CPU, each with
-//! the reason people read in the run's summary and in `explain`.
+//! program, and a reduction stage whole (read, decode, program and fold), on the device when
+//! they have a device form; everything else on the CPU, each with the reason people read in
+//! the run's summary and in `explain`.
 
+use crate::array::DType;
+use crate::exec::ops::reduce::device_form::device_reduce;
 use crate::kernels::device::gpu_form;
 use crate::physical::stage::Stage;
 
@@ -23,8 +26,9 @@ impl StageDevice {
     }
 }
 
-/// Where `stage` runs on a run that placed its programs on a GPU.
-pub fn on_a_gpu(stage: &Stage) -> StageDevice {
+/// Where `stage` (whose output has `out_dtype`) runs on a run that placed its programs on a
+/// GPU.
+pub fn on_a_gpu(stage: &Stage, out_dtype: DType) -> StageDevice {
     match stage {
         Stage::Compute { input, .. } => {
             if input.plain_leaf(input.program.dtype()).is_some() {
@@ -46,7 +50,13 @@ pub fn on_a_gpu(stage: &Stage) -> StageDevice {
         Stage::Stream { .. } => {
             StageDevice::cpu("a copy into other chunks: there is nothing to compute")
         }
-        Stage::Reduce { .. } => StageDevice::cpu("reductions have no device form yet"),
+        Stage::Reduce { .. } => match device_reduce(stage, out_dtype) {
+            Ok(_) => StageDevice {
+                device: "gpu",
+                note: None,
+            },
+            Err(why) => StageDevice::cpu(format!("the reduction runs on the CPU: {why}")),
+        },
     }
 }
 
@@ -84,7 +94,7 @@ mod tests {
 
     #[test]
     fn programs_with_a_device_form_run_on_the_gpu() {
-        let placed = on_a_gpu(&compute(Func::Add, DType::F32));
+        let placed = on_a_gpu(&compute(Func::Add, DType::F32), DType::F32);
         assert_eq!(
             placed,
             StageDevice {
@@ -96,13 +106,13 @@ mod tests {
 
     #[test]
     fn the_rest_stays_on_the_cpu_saying_why() {
-        let power = on_a_gpu(&compute(Func::Power, DType::I32));
+        let power = on_a_gpu(&compute(Func::Power, DType::I32), DType::I32);
         assert_eq!(power.device, "cpu");
         assert_eq!(
             power.note.as_deref(),
             Some("power of int, int values has no GPU form")
         );
-        let complex = on_a_gpu(&compute(Func::Add, DType::C64));
+        let complex = on_a_gpu(&compute(Func::Add, DType::C64), DType::C64);
         assert_eq!(
             complex.note.as_deref(),
             Some("complex values (complex64) run on the CPU")
@@ -114,7 +124,7 @@ mod tests {
             label: "copy".into(),
         };
         assert_eq!(
-            on_a_gpu(&copy).note.as_deref(),
+            on_a_gpu(&copy, DType::F32).note.as_deref(),
             Some("a copy: there is nothing to compute")
         );
         let sum = Stage::Reduce {
@@ -126,9 +136,22 @@ mod tests {
             ddof: 0.0,
             label: "sum".into(),
         };
+        #[cfg(feature = "cuda")]
+        assert_eq!(on_a_gpu(&sum, DType::F64).device, "gpu");
+        let argmax = Stage::Reduce {
+            input: Fused::material(0, &[8, 8], DType::F64, grid()),
+            out: 1,
+            func: ReduceFunc::Argmax,
+            axes: vec![0],
+            keepdims: false,
+            ddof: 0.0,
+            label: "argmax".into(),
+        };
+        #[cfg(feature = "cuda")]
         assert_eq!(
-            on_a_gpu(&sum),
-            StageDevice::cpu("reductions have no device form yet")
+            on_a_gpu(&argmax, DType::I64),
+            StageDevice::cpu("the reduction runs on the CPU: argmax has no device form yet")
         );
+        assert_eq!(on_a_gpu(&argmax, DType::I64).device, "cpu");
     }
 }

@@ -2,6 +2,9 @@
 //! accumulators (each piece streamed: read, decode, evaluate tile by tile, fold), and the
 //! partials merge in group order, so results do not depend on timing.
 
+#[cfg(feature = "cuda")]
+pub mod device;
+pub mod device_form;
 mod fold;
 mod grouping;
 mod merge;

@@ -338,18 +338,32 @@ fn work_name(w: Work) -> &'static str {
     }
 }
 
-/// The CUDA C source of `prog` over regions of rank `rank`, writing `out` values of the
-/// program's dtype; [`NoGpuForm`] when some instruction has none (see the module docs).
-///
-/// The kernel `cf_eval(out, leaf0, …, geom, general, n)` evaluates `n` values; each leaf
-/// points at the element of the region's origin. `geom` holds the region's shape (`rank`
-/// values), then every leaf's `rank` element strides; they are read only when `general` is
-/// set, else every leaf is laid out as the output (C-contiguous) and value `i` is element `i`.
-pub fn kernel_source(
+/// A program's instructions as CUDA C statements (`const T rK = ...;`, leaf `l` read at
+/// element offset `oL` of pointer `lL`), with what the last register holds.
+pub(super) struct ProgramBody {
+    /// The statements, one per instruction.
+    pub text: String,
+    /// The C type the program's values are stored as.
+    pub out_store: &'static str,
+    /// The register holding the value.
+    pub last: usize,
+    /// Its working type.
+    out_work: Work,
+}
+
+impl ProgramBody {
+    /// Whether the value is a float (held as a double).
+    pub fn is_float(&self) -> bool {
+        self.out_work == Work::F
+    }
+}
+
+/// The statements of `prog` over leaves of `leaf_dtypes`; [`NoGpuForm`] when some
+/// instruction has none.
+pub(super) fn program_body(
     prog: &Program,
     leaf_dtypes: &[DType],
-    rank: usize,
-) -> Result<String, NoGpuForm> {
+) -> Result<ProgramBody, NoGpuForm> {
     let complex = |dtype: DType| NoGpuForm::new(format!("complex values ({dtype}) run on the CPU"));
     let out_dtype = prog.dtype();
     let out_store = storage_type(out_dtype).ok_or_else(|| complex(out_dtype))?;
@@ -408,6 +422,32 @@ pub fn kernel_source(
         ));
     }
     let last = prog.insts.len().checked_sub(1).ok_or_else(malformed)?;
+    Ok(ProgramBody {
+        text: body,
+        out_store,
+        last,
+        out_work,
+    })
+}
+
+/// The CUDA C source of `prog` over regions of rank `rank`, writing `out` values of the
+/// program's dtype; [`NoGpuForm`] when some instruction has none (see the module docs).
+///
+/// The kernel `cf_eval(out, leaf0, …, geom, general, n)` evaluates `n` values; each leaf
+/// points at the element of the region's origin. `geom` holds the region's shape (`rank`
+/// values), then every leaf's `rank` element strides; they are read only when `general` is
+/// set, else every leaf is laid out as the output (C-contiguous) and value `i` is element `i`.
+pub fn kernel_source(
+    prog: &Program,
+    leaf_dtypes: &[DType],
+    rank: usize,
+) -> Result<String, NoGpuForm> {
+    let ProgramBody {
+        text: body,
+        out_store,
+        last,
+        out_work,
+    } = program_body(prog, leaf_dtypes)?;
     let result = match out_work {
         Work::B => format!("(unsigned char)(r{last} ? 1 : 0)"),
         _ => format!("({out_store})r{last}"),

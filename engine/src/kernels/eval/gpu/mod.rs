@@ -1,6 +1,7 @@
 //! NVIDIA GPUs (feature `cuda`): fused elementwise programs as CUDA C generated from the
 //! register program, compiled by NVRTC at run time and launched through the driver; and reads
-//! onto the device (zstd chunks decoded by nvCOMP, parts placed by a kernel). The driver,
+//! onto the device (zstd chunks decoded by nvCOMP, parts placed by a kernel); and reductions
+//! of such reads, folded slab by slab into accumulators kept on the device. The driver,
 //! NVRTC and nvCOMP are all loaded dynamically, so the engine builds and runs where CUDA is
 //! absent.
 
@@ -12,11 +13,14 @@ mod launch;
 pub mod nvcomp;
 mod place;
 mod read_staging;
+mod reduce;
+pub mod reduce_source;
 mod runtime;
 mod staging;
 
 pub use batch::{BatchChunk, BatchTimes, Part};
 pub use device_array::DeviceArray;
+pub use reduce::DeviceReduction;
 pub use runtime::{gpu, Gpu, GpuKernel};
 pub use staging::PINNED_BYTES_PER_THREAD;
 
