@@ -248,7 +248,7 @@ def measure_stages(url: str, tmp: Path, repeat: int) -> dict[str, Any]:
                 repeat,
             )
             r[f"{device}_stages"] = [
-                (s["label"], s["device"], s["device_note"]) for s in summary["stages"]
+                (s["label"], s["device"], s["device_note"], s["seconds"]) for s in summary["stages"]
             ]
             r[f"{device}_process_s"] = cli_run(path, params, device, repeat)
             values[device] = chunkfuse.read(params["target"])
@@ -317,8 +317,8 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
             cp, gp = st["cpu_process_s"], st["cuda_process_s"]
             procs = f"{cp:.3f} s | {gp:.3f} s | {cp / gp:.2f}x" if cp and gp else "n/a | n/a | n/a"
             placed = "; ".join(
-                f"{label}: {dev}" + (f" ({note})" if note else "")
-                for label, dev, note in st["cuda_stages"]
+                f"{label}: {dev} {secs:.3f} s" + (f" ({note})" if note else "")
+                for label, dev, note, secs in st["cuda_stages"]
             )
             lines.append(
                 f"| {kind} | {name} | {st['cpu_s']:.3f} s | {st['cuda_s']:.3f} s | "

@@ -59,3 +59,49 @@ def test_quick_runs_on_a_gpu_and_refuses_clearly_without_one(tmp_path: Path) -> 
     results = json.loads(out.read_text())["results"]
     assert set(results) == {"smooth", "noisy"}
     assert all(r["device_stats"]["device_decoded"] > 0 for r in results.values()), results
+
+
+def test_the_report_gives_each_stage_s_speed_ups_and_placement() -> None:
+    """The report's arithmetic and layout, from made-up figures (no GPU needed)."""
+    import argparse
+
+    stats = {
+        k: 0.1
+        for k in [
+            "wait_seconds",
+            "device_seconds",
+            "upload_seconds",
+            "decode_seconds",
+            "place_seconds",
+            "seconds",
+        ]
+    }
+    stats |= {"chunks": 4, "device_decoded": 4}
+    stage = {
+        "cpu_s": 0.3,
+        "cuda_s": 0.1,
+        "cpu_process_s": 0.5,
+        "cuda_process_s": 1.0,
+        "cpu_stages": [],
+        "cuda_stages": [["sum of y", "gpu", None, 0.09], ["write", "cpu", "a copy", 0.01]],
+    }
+    result = {
+        "decoded_gb": 1.0,
+        "ratio": 4.0,
+        "host_read_s": 0.2,
+        "device_read_s": 0.1,
+        "host_read_to_gpu_s": 0.3,
+        "batches_cpu_s": 1.0,
+        "batches_gpu_s": 0.5,
+        "batches_cpu_grouped_s": 0.8,
+        "batches_grouped_s": 0.4,
+        "batch_samples": 64,
+        "device_stats": stats,
+        "nvcomp_gbs_by_frames": {1: 1.0},
+        "stages": {"era5-sum": stage},
+    }
+    args = argparse.Namespace(time=4, lat=73, lon=144, repeat=1, batches=2, per_batch=32)
+    text = gpu.report({"smooth": result}, "a machine", args)
+    row = next(line for line in text.splitlines() if line.startswith("| smooth | era5-sum"))
+    assert "| 0.300 s | 0.100 s | 3.00x | 0.500 s | 1.000 s | 0.50x |" in row, row
+    assert "sum of y: gpu 0.090 s; write: cpu 0.010 s (a copy)" in row, row

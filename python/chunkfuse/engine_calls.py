@@ -45,9 +45,10 @@ def run_plan(
     raises KeyboardInterrupt. With `resume` (the default), rerunning a job that failed or was
     killed keeps every chunk it had written and computes only the rest; `resume=False`
     starts over. `io` sets how local files are read (see `chunkfuse.set_io`). `device` is
-    where fused elementwise programs run: "cpu", "cuda" (an NVIDIA GPU; an error naming why
-    when none can be used) or "auto" (the GPU when present); reductions, FFTs and codecs run
-    on the CPU. The summary's `device` and `gpu_blocks` say where they ran.
+    where fused elementwise programs and reductions run: "cpu", "cuda" (an NVIDIA GPU; an
+    error naming why when none can be used) or "auto" (the GPU when present); FFTs and codecs
+    run on the CPU. The summary's `device` and `gpu_blocks`, and each stage's `device` and
+    `device_note`, say where they ran.
 
     `max_mem` is the memory budget: bytes, or text such as "1GB" or "512MiB" (a quarter of
     the available memory by default). Peak RSS stays within it plus a fixed baseline (see

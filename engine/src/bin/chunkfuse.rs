@@ -59,8 +59,8 @@ struct Common {
     /// rerun keeps every chunk it finds and computes only the rest).
     #[arg(long)]
     fresh: bool,
-    /// Where fused elementwise programs run: cpu, cuda (an NVIDIA GPU; an error without
-    /// one) or auto (the GPU when present). Reductions, FFTs and codecs run on the CPU.
+    /// Where fused elementwise programs and reductions run: cpu, cuda (an NVIDIA GPU; an
+    /// error without one) or auto (the GPU when present). FFTs and codecs run on the CPU.
     /// Default: $CHUNKFUSE_DEVICE, else cpu.
     #[arg(long, value_name = "cpu|cuda|auto")]
     device: Option<String>,

@@ -30,7 +30,7 @@ pub struct RunOptions {
     /// directory named after the job that outlives a failed run, and rerunning an unfinished
     /// job keeps every chunk it had written.
     pub resume: bool,
-    /// Where fused elementwise programs run (reductions, FFTs and codecs stay on the CPU).
+    /// Where fused elementwise programs and reductions run (FFTs and codecs stay on the CPU).
     pub device: Device,
     /// The job runs in batches, perhaps in other processes (see `run::Job::attach`): its
     /// targets are marked and its work directory is named after the job whatever `resume`

@@ -30,8 +30,8 @@ pub struct Gpu {
     arch: String,
     /// The device's name, for reports.
     name: String,
-    /// Compiled kernels by source.
-    kernels: Mutex<HashMap<String, CudaFunction>>,
+    /// Compiled modules by source (a source may hold several kernels).
+    kernels: Mutex<HashMap<String, Arc<cudarc::driver::CudaModule>>>,
     /// Resident memory that opening the device and NVRTC took.
     driver_bytes: u64,
     /// The device's ordinal.
@@ -213,24 +213,28 @@ impl Gpu {
 
     /// Kernel `name` of CUDA C `src`, compiled on first use and cached by source.
     pub(super) fn function(&self, src: &str, name: &str) -> Result<CudaFunction> {
-        let mut cache = self
-            .kernels
-            .lock()
-            .map_err(|_| Error::internal("GPU kernel cache poisoned"))?;
-        if let Some(f) = cache.get(src) {
-            return Ok(f.clone());
-        }
         let what = format!("compiling kernel {name}");
-        let ptx = compile_ptx(src, &self.arch).map_err(|e| cuda_error(&what, e))?;
-        let module = self
-            .ctx
-            .load_module(ptx)
-            .map_err(|e| cuda_error(&what, e))?;
-        let f = module
+        let module = {
+            let mut cache = self
+                .kernels
+                .lock()
+                .map_err(|_| Error::internal("GPU kernel cache poisoned"))?;
+            match cache.get(src) {
+                Some(m) => m.clone(),
+                None => {
+                    let ptx = compile_ptx(src, &self.arch).map_err(|e| cuda_error(&what, e))?;
+                    let module = self
+                        .ctx
+                        .load_module(ptx)
+                        .map_err(|e| cuda_error(&what, e))?;
+                    cache.insert(src.to_string(), module.clone());
+                    module
+                }
+            }
+        };
+        module
             .load_function(name)
-            .map_err(|e| cuda_error(&what, e))?;
-        cache.insert(src.to_string(), f.clone());
-        Ok(f)
+            .map_err(|e| cuda_error(&what, e))
     }
 
     /// Resident host memory the CUDA driver and NVRTC took when the device opened (a run's
