@@ -232,9 +232,7 @@ impl Gpu {
                 }
             }
         };
-        module
-            .load_function(name)
-            .map_err(|e| cuda_error(&what, e))
+        module.load_function(name).map_err(|e| cuda_error(&what, e))
     }
 
     /// Resident host memory the CUDA driver and NVRTC took when the device opened (a run's
