@@ -1,7 +1,7 @@
 """Reads onto the GPU against the CPU engine on all cores, on one machine, in one process.
 
     python bench/gpu.py [--time 256] [--repeat 3] [--batches 20] [--out bench/GPU.md]
-                        [--json FILE] [--quick]
+                        [--json FILE] [--quick] [--stage-time N]
 
 Two ERA5-like float32 arrays of (time, 721, 1440), one chunk per time step (4.2 MB), zstd
 level 3, written here by the engine: "smooth" (a smooth field with a little noise, packed to
@@ -23,7 +23,10 @@ best of `--repeat`, data in the page cache:
 - whole stages, `plans/era5-sum.json` (sum over time of `(x + 1) * 2`) and
   `plans/era5-anomaly.json` (x minus its time mean, written as sharded zstd), run with
   `device="cpu"` (all cores) and `device="cuda"`: in this process (the device already open)
-  and as whole `chunkfuse run` processes (counting the device's opening), outputs compared.
+  and as whole `chunkfuse run` processes (counting the device's opening), outputs compared;
+  with `--stage-time N`, the sum plan again on arrays of N time steps;
+- a fresh process's first device work, step by step (import, opening the device, the first
+  read, the first and second sum).
 
 Each run appends a section (the date, the GPU and the CPU count) to `--out`. --quick: tiny
 arrays (8 x 73 x 144, one round, 2 batches of 8 windows of 2 x 16 x 16), report in a
@@ -229,12 +232,41 @@ def cli_run(plan: Path, params: dict[str, str], device: str, repeat: int) -> flo
     return best(once, repeat)[0]
 
 
-def measure_stages(url: str, tmp: Path, repeat: int) -> dict[str, Any]:
-    """The sum and anomaly plans on all CPU cores and on the GPU; outputs compared."""
+#: What a fresh process spends opening the device, step by step (argv: array, plan, target).
+OPENING = """
+import json, sys, time
+t = [time.perf_counter()]
+import chunkfuse
+t.append(time.perf_counter())
+chunkfuse.device_info("cuda")
+t.append(time.perf_counter())
+chunkfuse.read(sys.argv[1], (slice(0, 1),), device="cuda")
+t.append(time.perf_counter())
+params = {"source": sys.argv[1], "target": sys.argv[3]}
+for _ in range(2):
+    chunkfuse.run_plan(json.loads(sys.argv[2]), params, device="cuda", resume=False)
+    t.append(time.perf_counter())
+steps = ["import", "open the device", "first read (nvCOMP loaded)", "first sum", "second sum"]
+print(json.dumps({k: b - a for k, a, b in zip(steps, t, t[1:])}))
+"""
+
+
+def measure_opening(url: str, tmp: Path) -> dict[str, float]:
+    """Seconds a fresh process spends on each step of its first device work."""
+    plan = (ROOT / "plans" / "era5-sum.json").read_text()
+    args = [sys.executable, "-c", OPENING, url, plan, str(tmp / "opening-sum.zarr")]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_stages(
+    url: str, tmp: Path, repeat: int, plans: tuple[str, ...] = ("era5-sum", "era5-anomaly")
+) -> dict[str, Any]:
+    """`plans` on all CPU cores and on the GPU; outputs compared."""
     import chunkfuse
 
     out: dict[str, Any] = {}
-    for name in ("era5-sum", "era5-anomaly"):
+    for name in plans:
         path = ROOT / "plans" / f"{name}.json"
         plan = json.loads(path.read_text())
         r: dict[str, Any] = {}
@@ -258,7 +290,13 @@ def measure_stages(url: str, tmp: Path, repeat: int) -> dict[str, Any]:
     return out
 
 
-def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> str:
+def report(
+    results: dict[str, Any],
+    machine: str,
+    args: argparse.Namespace,
+    big: dict[str, Any] | None = None,
+    opening: dict[str, float] | None = None,
+) -> str:
     lines = [
         f"## Device reads, {dt.date.today().isoformat()}, {machine}",
         "",
@@ -273,6 +311,8 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, r in results.items():
+        if "ratio" not in r:
+            continue
         gb = r["decoded_gb"]
         floor = f"{r['cpu_decode_gbs']:.1f} GB/s" if "cpu_decode_gbs" in r else "n/a"
         nv = f"{r['nvcomp_decode_gbs']:.1f} GB/s" if "nvcomp_decode_gbs" in r else "n/a"
@@ -302,7 +342,7 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
         )
     stage_rows = [
         (kind, name, st) for kind, r in results.items() for name, st in r.get("stages", {}).items()
-    ]
+    ] + [(kind, name, st) for kind, r in (big or {}).items() for name, st in r.items()]
     if stage_rows:
         lines += [
             "",
@@ -324,6 +364,13 @@ def report(results: dict[str, Any], machine: str, args: argparse.Namespace) -> s
                 f"| {kind} | {name} | {st['cpu_s']:.3f} s | {st['cuda_s']:.3f} s | "
                 f"{st['cpu_s'] / st['cuda_s']:.2f}x | {procs} | {placed} |"
             )
+    if opening:
+        lines += [
+            "",
+            "A fresh process's first device work (smooth array): "
+            + ", ".join(f"{k} {v:.3f} s" for k, v in opening.items())
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -338,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--stage-time",
+        type=int,
+        default=0,
+        help="also time the sum plan on arrays of this many time steps (0: not)",
+    )
     args = ap.parse_args(argv)
     window: tuple[int, ...] = (4, 128, 128)
     if args.quick:
@@ -351,16 +404,30 @@ def main(argv: list[str] | None = None) -> int:
     machine = f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores"
     shape = (args.time, args.lat, args.lon)
     results: dict[str, Any] = {}
+    opening: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="chunkfuse-gpu-bench-") as tmp:
         for kind in ("smooth", "noisy"):
             url = make(Path(tmp), shape, kind)
             results[kind] = measure(url, shape, args.repeat, args.batches, window, args.per_batch)
             results[kind]["stages"] = measure_stages(url, Path(tmp), args.repeat)
+            if kind == "smooth":
+                opening = measure_opening(url, Path(tmp))
+                print("opening", json.dumps(opening), flush=True)
+            shutil.rmtree(url)
+        big: dict[str, Any] = {}
+        if args.stage_time:
+            for kind in ("smooth", "noisy"):
+                data = Path(tmp) / "big"
+                url = make(data, (args.stage_time, args.lat, args.lon), kind)
+                label = f"{kind}, {args.stage_time} steps"
+                big[label] = measure_stages(url, data, args.repeat, ("era5-sum",))
+                shutil.rmtree(data)
             print(kind, json.dumps(results[kind]), flush=True)
-    text = report(results, machine, args)
+    text = report(results, machine, args, big, opening)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+        figures = {"machine": machine, "results": results, "big": big, "opening": opening}
+        args.json.write_text(json.dumps(figures, indent=1))
     out = args.out or (None if args.quick else ROOT / "bench" / "GPU.md")
     if out:
         head = "" if out.exists() else f"# GPU runs\n\n{RUNS_NOTE}\n\n"

@@ -1,7 +1,8 @@
 //! A reduction stage run whole on a GPU (see [`super::device_form`]): its input is read onto
-//! the device slab by slab along the first axis (zstd chunks decoded there by nvCOMP), each
-//! slab folded into accumulators kept on the device, and the finished values come back once;
-//! tasks then encode and write the output chunks from them.
+//! the device slab by slab along the first axis (zstd chunks decoded there by nvCOMP; a slab
+//! takes at most a quarter of the device's free memory and, by its stored bytes, a quarter of
+//! the task budget), each slab folded into accumulators kept on the device, and the finished
+//! values come back once; tasks then encode and write the output chunks from them.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,8 +21,9 @@ use crate::physical::stage::Stage;
 use crate::read::read_windows_to_device;
 use crate::zarr::ZarrArray;
 
-/// Decoded bytes one slab holds at most on the device.
-const SLAB_BYTES: u64 = 2 << 30;
+/// The share of the device's free memory one slab's values take at most: the read's
+/// batches inside a slab overlap their reads with the device's decode, slabs do not.
+const SLAB_SHARE: u64 = 4;
 /// Decoded bytes of output chunks one write task encodes.
 const WRITE_TASK_BYTES: u64 = 64 << 20;
 
@@ -100,7 +102,10 @@ pub fn run_on_device(
     .map_err(|e| e.with_array(out.name()))?;
     let elem = input.dtype().size() as u64;
     let ratio = input.sampled_compression().unwrap_or(1.0).max(1.0);
-    let limit = SLAB_BYTES.min((stored_limit as f64 * ratio) as u64).max(1);
+    let free = gpu.free_bytes()?;
+    let limit = (free / SLAB_SHARE)
+        .min((stored_limit as f64 * ratio) as u64)
+        .max(1);
     for (first, len) in slabs(&value.shape, &form.start, input.grid(), elem, limit) {
         let mut start = vec![0u64; value.shape.len()];
         let mut shape = value.shape.clone();

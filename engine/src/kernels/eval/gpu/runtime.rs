@@ -235,6 +235,16 @@ impl Gpu {
         module.load_function(name).map_err(|e| cuda_error(&what, e))
     }
 
+    /// Device memory free now, in bytes.
+    pub fn free_bytes(&self) -> Result<u64> {
+        guarded("asking the device for its free memory", || {
+            self.bind()?;
+            cudarc::driver::result::mem_get_info()
+                .map(|(free, _)| free as u64)
+                .map_err(|e| cuda_error("asking the device for its free memory", e))
+        })
+    }
+
     /// Resident host memory the CUDA driver and NVRTC took when the device opened (a run's
     /// budget sets it aside).
     pub fn driver_bytes(&self) -> u64 {
