@@ -1,5 +1,6 @@
 //! Reading windows of an array onto a GPU: the chunks they touch are read in batches (the
-//! next batches' reads in flight while the device decodes the current one), zstd frames go
+//! next batches' reads in flight while the device decodes the current one, and two batches
+//! on the device at once, each on its own stream), zstd frames go
 //! to the device compressed and nvCOMP decodes them there, other chunks (other codecs, inner
 //! chunks of shards, chunks not stored, or every chunk when nvCOMP is absent) are decoded on
 //! the CPU and go as values; a kernel places each chunk's parts into one device array.
@@ -49,7 +50,8 @@ pub struct DeviceReadStats {
     pub wait_seconds: f64,
     /// Seconds decoding on the CPU (chunks the device does not decode).
     pub cpu_seconds: f64,
-    /// Seconds in the device's batches, host side: packing, the copy, nvCOMP and placing.
+    /// Seconds of the read spent on the device's batches, host side: packing, launching and
+    /// waiting for them (the read's span less its waits for storage and CPU decoding).
     pub device_seconds: f64,
     /// Of which, timed on the device: the copies to it.
     pub upload_seconds: f64,
@@ -271,53 +273,60 @@ pub fn read_windows_to_device(
         .take(BATCHES_AHEAD)
         .map(|r| fetch(array, &items[r.clone()]))
         .collect();
-    for (b, range) in ranges.iter().enumerate() {
-        let batch = &items[range.clone()];
-        let waited = Instant::now();
-        let rx = inflight
-            .pop_front()
-            .ok_or_else(|| Error::internal("device read lost a batch"))?;
-        let lost = || Error::store(array.url(), "IO thread ended without an answer");
-        let values = crate::cancel::recv(&rx, lost)?.map_err(|e| e.with_array(array.name()))?;
-        stats.wait_seconds += waited.elapsed().as_secs_f64();
-        if let Some(next) = ranges.get(b + BATCHES_AHEAD) {
-            inflight.push_back(fetch(array, &items[next.clone()]));
-        }
-        stats.stored_bytes += values.iter().flatten().map(|v| v.len() as u64).sum::<u64>();
-        let mut values = values.into_iter();
-        let mut jobs = Vec::new();
-        for item in batch {
-            let value = item.req.as_ref().and_then(|_| values.next().flatten());
-            let value = value.map(Arc::new);
-            jobs.extend(item.units.iter().map(|u| (u, value.clone())));
-        }
-        let cpu = Instant::now();
-        let prepared: Vec<Prepared> = pool.install(|| {
-            jobs.into_par_iter()
-                .map(|(u, v)| prepare(array, u, v, frames, &windows))
-                .collect::<Result<_>>()
-        })?;
-        stats.chunks += prepared.len();
-        stats.device_decoded += prepared.iter().filter(|p| p.is_frame()).count();
-        if stats.cpu_note.is_none() && prepared.iter().any(|p| !p.is_frame()) {
-            stats.cpu_note = Some(cpu_reason(array));
-        }
-        stats.cpu_seconds += cpu.elapsed().as_secs_f64();
-        let device = Instant::now();
-        let chunks: Vec<BatchChunk<'_>> = prepared.iter().map(Prepared::as_batch_chunk).collect();
-        let times = pool
-            .install(|| gpu.decode_batch(&chunks, &out, size))
-            .map_err(|e| e.with_array(array.name()).with_store(array.url()))?;
-        stats.device_seconds += device.elapsed().as_secs_f64();
-        stats.upload_seconds += times.upload;
-        stats.decode_seconds += times.decode;
-        stats.place_seconds += times.place;
-        stats.device_decoded_bytes += prepared
-            .iter()
-            .filter(|p| p.is_frame())
-            .map(|p| p.shape.iter().product::<u64>() * array.dtype().size() as u64)
-            .sum::<u64>();
-    }
+    let device = Instant::now();
+    let ((), times) = gpu
+        .reading(|queue| {
+            for (b, range) in ranges.iter().enumerate() {
+                let batch = &items[range.clone()];
+                let waited = Instant::now();
+                let rx = inflight
+                    .pop_front()
+                    .ok_or_else(|| Error::internal("device read lost a batch"))?;
+                let lost = || Error::store(array.url(), "IO thread ended without an answer");
+                let values =
+                    crate::cancel::recv(&rx, lost)?.map_err(|e| e.with_array(array.name()))?;
+                stats.wait_seconds += waited.elapsed().as_secs_f64();
+                if let Some(next) = ranges.get(b + BATCHES_AHEAD) {
+                    inflight.push_back(fetch(array, &items[next.clone()]));
+                }
+                stats.stored_bytes += values.iter().flatten().map(|v| v.len() as u64).sum::<u64>();
+                let mut values = values.into_iter();
+                let mut jobs = Vec::new();
+                for item in batch {
+                    let value = item.req.as_ref().and_then(|_| values.next().flatten());
+                    let value = value.map(Arc::new);
+                    jobs.extend(item.units.iter().map(|u| (u, value.clone())));
+                }
+                let cpu = Instant::now();
+                let prepared: Vec<Prepared> = pool.install(|| {
+                    jobs.into_par_iter()
+                        .map(|(u, v)| prepare(array, u, v, frames, &windows))
+                        .collect::<Result<_>>()
+                })?;
+                stats.chunks += prepared.len();
+                stats.device_decoded += prepared.iter().filter(|p| p.is_frame()).count();
+                if stats.cpu_note.is_none() && prepared.iter().any(|p| !p.is_frame()) {
+                    stats.cpu_note = Some(cpu_reason(array));
+                }
+                stats.cpu_seconds += cpu.elapsed().as_secs_f64();
+                stats.device_decoded_bytes += prepared
+                    .iter()
+                    .filter(|p| p.is_frame())
+                    .map(|p| p.shape.iter().product::<u64>() * array.dtype().size() as u64)
+                    .sum::<u64>();
+                let chunks: Vec<BatchChunk<'_>> =
+                    prepared.iter().map(Prepared::as_batch_chunk).collect();
+                pool.install(|| queue.push(&chunks, &out, size))?;
+            }
+            Ok(())
+        })
+        .map_err(|e| e.with_array(array.name()).with_store(array.url()))?;
+    // The device's batches overlap the reads and the CPU's preparing: their span, less those.
+    stats.device_seconds =
+        (device.elapsed().as_secs_f64() - stats.wait_seconds - stats.cpu_seconds).max(0.0);
+    stats.upload_seconds = times.upload;
+    stats.decode_seconds = times.decode;
+    stats.place_seconds = times.place;
     stats.output_bytes = out.nbytes() as u64;
     stats.seconds = t0.elapsed().as_secs_f64();
     Ok((out, stats))

@@ -1,7 +1,9 @@
 //! Decoding a batch of chunks on the device: their bytes (zstd frames, or values the CPU
 //! decoded) packed into page-locked memory together with nvCOMP's argument arrays and the
 //! parts' descriptors, copied over in one transfer, decoded by nvCOMP's batched zstd
-//! decoder, and placed into a device array by one kernel launch per 65 535 parts.
+//! decoder, and placed into a device array by one kernel launch per 65 535 parts; launched
+//! on a staging's stream and finished (waited for, checked, timed) later, so the next batch
+//! can be packed and launched on another staging meanwhile.
 
 use std::sync::Arc;
 
@@ -14,7 +16,7 @@ use super::device_array::DeviceArray;
 use super::failure::cuda_error;
 use super::nvcomp::{nvcomp, status_name, DecodeCall};
 use super::place::{PieceDesc, Side, PLACE_KERNEL, PLACE_SOURCE};
-use super::read_staging::grown_host;
+use super::read_staging::{grown_host, ReadStaging};
 use super::runtime::Gpu;
 use super::staging::grow as grown_device;
 use crate::error::{Error, ErrorKind, Result};
@@ -159,83 +161,118 @@ impl Dest {
     }
 }
 
+/// A batch launched on its staging's stream: what finishing it checks and times.
+pub struct InFlight {
+    stream: Arc<CudaStream>,
+    events: [cudarc::driver::CudaEvent; 4],
+    /// The compressed chunks' keys and decoded sizes, in nvCOMP's order.
+    wants: Vec<(String, u64)>,
+    /// Where nvCOMP writes its decoded sizes and statuses.
+    actual: CUdeviceptr,
+    statuses: CUdeviceptr,
+}
+
+impl InFlight {
+    /// Waits for the batch; returns where its device time went, or a `corrupt` error naming
+    /// a chunk nvCOMP could not decode.
+    pub fn finish(self) -> Result<BatchTimes> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_error("waiting for the device", e))?;
+        check_statuses(&self.wants, self.actual, self.statuses)?;
+        let secs = |a: &cudarc::driver::CudaEvent, b: &cudarc::driver::CudaEvent| {
+            a.elapsed_ms(b)
+                .map(|ms| f64::from(ms) / 1e3)
+                .map_err(|e| cuda_error("timing", e))
+        };
+        let [e0, e1, e2, e3] = &self.events;
+        Ok(BatchTimes {
+            upload: secs(e0, e1)?,
+            decode: secs(e1, e2)?,
+            place: secs(e2, e3)?,
+        })
+    }
+}
+
 impl Gpu {
-    /// Decodes `chunks` and copies their parts into `out`, whose leading axis counts windows
-    /// of `window` (C order); returns once the device is done, with where its time went. A
-    /// chunk nvCOMP cannot decode is a `corrupt` error naming it.
-    pub fn decode_batch(
+    /// Launches the decode of `chunks` into `out` (whose leading axis counts windows of
+    /// `window`, C order) on `st`'s stream: packs them into its page-locked buffer, copies
+    /// them over, decodes the zstd frames and places every part. `st`'s buffers are in use
+    /// until the returned batch is finished; `None` for no chunks.
+    pub(super) fn launch_batch(
         &self,
+        st: &mut ReadStaging,
         chunks: &[BatchChunk<'_>],
         out: &DeviceArray,
         window: &[u64],
-    ) -> Result<BatchTimes> {
+    ) -> Result<Option<InFlight>> {
         if chunks.is_empty() {
-            return Ok(BatchTimes::default());
+            return Ok(None);
         }
         let elem = out.dtype().size();
         let parts: usize = chunks.iter().map(|c| c.parts.len()).sum();
         let lay = layout(chunks, elem, parts)?;
-        self.with_read_staging(|st| {
-            self.bind()?;
-            let input = grown_device(&mut st.input, lay.upload)?;
-            let scratch = grown_device(&mut st.scratch, lay.temp_at + lay.temp)?;
-            let host = Dest(grown_host(&mut st.host, lay.upload)?);
-            let descs = descriptors(chunks, &lay, (input, scratch), out, window)?;
-            pack(chunks, &lay, host, (input, scratch), &descs, elem);
-            let events = [(); 4].map(|_| self.new_event());
-            let [e0, e1, e2, e3] = events;
-            let (e0, e1, e2, e3) = (e0?, e1?, e2?, e3?);
-            let mark = |e: &cudarc::driver::CudaEvent| {
-                e.record(&st.stream)
-                    .map_err(|err| cuda_error("recording an event", err))
+        self.bind()?;
+        let input = grown_device(&mut st.input, lay.upload)?;
+        let scratch = grown_device(&mut st.scratch, lay.temp_at + lay.temp)?;
+        let host = Dest(grown_host(&mut st.host, lay.upload)?);
+        let descs = descriptors(chunks, &lay, (input, scratch), out, window)?;
+        pack(chunks, &lay, host, (input, scratch), &descs, elem);
+        let events = [(); 4].map(|_| self.new_event());
+        let [e0, e1, e2, e3] = events;
+        let events = [e0?, e1?, e2?, e3?];
+        let mark = |e: &cudarc::driver::CudaEvent| {
+            e.record(&st.stream)
+                .map_err(|err| cuda_error("recording an event", err))
+        };
+        let stream = st.stream.cu_stream();
+        mark(&events[0])?;
+        // SAFETY: the host buffer holds `upload` bytes, packed above; the device input was
+        // grown to as many. Neither is touched again before the batch is finished.
+        unsafe {
+            let host = std::slice::from_raw_parts(host.0, lay.upload);
+            result::memcpy_htod_async(input, host, stream)
+                .map_err(|e| cuda_error("copying chunks to the device", e))?;
+        }
+        mark(&events[1])?;
+        let k = lay.compressed.len();
+        if k > 0 {
+            let nv = nvcomp().map_err(|why| Error::new(ErrorKind::Unsupported, why))?;
+            let arg = |n: usize| (input + (lay.args_at + 8 * k * n) as u64) as CUdeviceptr;
+            let call = DecodeCall {
+                compressed: arg(0),
+                compressed_bytes: arg(1),
+                buffer_bytes: arg(2),
+                outputs: arg(3),
+                actual_bytes: scratch + lay.actual_at as u64,
+                statuses: scratch + lay.statuses_at as u64,
+                count: k,
+                temp: (scratch + lay.temp_at as u64, lay.temp),
             };
-            let stream = st.stream.cu_stream();
-            mark(&e0)?;
-            // SAFETY: the host buffer holds `upload` bytes, packed above; the device input
-            // was grown to as many.
-            unsafe {
-                let host = std::slice::from_raw_parts(host.0, lay.upload);
-                result::memcpy_htod_async(input, host, stream)
-                    .map_err(|e| cuda_error("copying chunks to the device", e))?;
-            }
-            mark(&e1)?;
-            let k = lay.compressed.len();
-            if k > 0 {
-                let nv = nvcomp().map_err(|why| Error::new(ErrorKind::Unsupported, why))?;
-                let arg = |n: usize| (input + (lay.args_at + 8 * k * n) as u64) as CUdeviceptr;
-                let call = DecodeCall {
-                    compressed: arg(0),
-                    compressed_bytes: arg(1),
-                    buffer_bytes: arg(2),
-                    outputs: arg(3),
-                    actual_bytes: scratch + lay.actual_at as u64,
-                    statuses: scratch + lay.statuses_at as u64,
-                    count: k,
-                    temp: (scratch + lay.temp_at as u64, lay.temp),
-                };
-                // SAFETY: every array lies in the input or scratch buffers sized by `layout`
-                // for `k` chunks; the stream orders the decode after the upload.
-                unsafe { nv.decode_async(&call, stream) }
-                    .map_err(|e| cuda_error("decoding chunks on the device", e))?;
-            }
-            mark(&e2)?;
-            self.launch_place(&st.stream, input + lay.parts_at as u64, &descs, elem)?;
-            mark(&e3)?;
-            st.stream
-                .synchronize()
-                .map_err(|e| cuda_error("waiting for the device", e))?;
-            check_statuses(chunks, &lay, scratch, elem)?;
-            let secs = |a: &cudarc::driver::CudaEvent, b: &cudarc::driver::CudaEvent| {
-                a.elapsed_ms(b)
-                    .map(|ms| f64::from(ms) / 1e3)
-                    .map_err(|e| cuda_error("timing", e))
-            };
-            Ok(BatchTimes {
-                upload: secs(&e0, &e1)?,
-                decode: secs(&e1, &e2)?,
-                place: secs(&e2, &e3)?,
+            // SAFETY: every array lies in the input or scratch buffers sized by `layout` for
+            // `k` chunks; the stream orders the decode after the upload.
+            unsafe { nv.decode_async(&call, stream) }
+                .map_err(|e| cuda_error("decoding chunks on the device", e))?;
+        }
+        mark(&events[2])?;
+        self.launch_place(&st.stream, input + lay.parts_at as u64, &descs, elem)?;
+        mark(&events[3])?;
+        let wants = lay
+            .compressed
+            .iter()
+            .map(|&i| {
+                let c = &chunks[i];
+                let want = c.shape.iter().product::<u64>() * elem as u64;
+                (c.key.to_string(), want)
             })
-        })
+            .collect();
+        Ok(Some(InFlight {
+            stream: st.stream.clone(),
+            events,
+            wants,
+            actual: scratch + lay.actual_at as u64,
+            statuses: scratch + lay.statuses_at as u64,
+        }))
     }
 
     /// Launches the placing kernel over the `descs` uploaded at `at`.
@@ -335,35 +372,33 @@ fn pack(
     write(lay.parts_at, bytemuck::cast_slice(descs));
 }
 
-/// Checks nvCOMP's status and decoded size for each compressed chunk.
+/// Checks nvCOMP's status and decoded size for each compressed chunk (`wants`: its key and
+/// decoded size).
 fn check_statuses(
-    chunks: &[BatchChunk<'_>],
-    lay: &Layout,
-    scratch: CUdeviceptr,
-    elem: usize,
+    wants: &[(String, u64)],
+    actual: CUdeviceptr,
+    statuses: CUdeviceptr,
 ) -> Result<()> {
-    let k = lay.compressed.len();
+    let k = wants.len();
     if k == 0 {
         return Ok(());
     }
-    let mut actual = vec![0u64; k];
-    let mut statuses = vec![0i32; k];
+    let mut sizes = vec![0u64; k];
+    let mut codes = vec![0i32; k];
     // SAFETY: nvCOMP wrote `k` sizes and statuses there; the stream was synchronized.
     unsafe {
-        result::memcpy_dtoh_sync(&mut actual, scratch + lay.actual_at as u64)
+        result::memcpy_dtoh_sync(&mut sizes, actual)
             .map_err(|e| cuda_error("reading decode sizes", e))?;
-        result::memcpy_dtoh_sync(&mut statuses, scratch + lay.statuses_at as u64)
+        result::memcpy_dtoh_sync(&mut codes, statuses)
             .map_err(|e| cuda_error("reading decode statuses", e))?;
     }
-    for (j, &i) in lay.compressed.iter().enumerate() {
-        let c = &chunks[i];
-        let want = c.shape.iter().product::<u64>() * elem as u64;
-        let why = if statuses[j] != 0 {
-            Some(format!("nvCOMP: {}", status_name(statuses[j])))
-        } else if actual[j] != want {
+    for (j, (key, want)) in wants.iter().enumerate() {
+        let why = if codes[j] != 0 {
+            Some(format!("nvCOMP: {}", status_name(codes[j])))
+        } else if sizes[j] != *want {
             Some(format!(
                 "it decodes to {} bytes, the chunk needs {want}",
-                actual[j]
+                sizes[j]
             ))
         } else {
             None
@@ -373,7 +408,7 @@ fn check_statuses(
                 ErrorKind::Corrupt,
                 format!("cannot decode chunk on the device: {why}"),
             )
-            .with_chunk_key(c.key));
+            .with_chunk_key(key));
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 //! absent.
 
 mod batch;
+mod batch_queue;
 pub mod codegen;
 mod device_array;
 mod failure;
@@ -19,6 +20,7 @@ mod runtime;
 mod staging;
 
 pub use batch::{BatchChunk, BatchTimes, Part};
+pub use batch_queue::BatchQueue;
 pub use device_array::DeviceArray;
 pub use reduce::DeviceReduction;
 pub use runtime::{gpu, Gpu, GpuKernel};

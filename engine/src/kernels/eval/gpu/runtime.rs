@@ -37,7 +37,7 @@ pub struct Gpu {
     /// The device's ordinal.
     ordinal: usize,
     /// The buffers device reads reuse (one read at a time).
-    read_staging: Mutex<Option<ReadStaging>>,
+    read_staging: Mutex<Option<Vec<ReadStaging>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -190,11 +190,11 @@ impl Gpu {
             .map_err(|e| cuda_error("creating an event", e))
     }
 
-    /// Runs `f` with the buffers device reads reuse (made on first use); reads wait here for
-    /// each other.
+    /// Runs `f` with the stagings device reads reuse (made on first use); reads wait here
+    /// for each other.
     pub(super) fn with_read_staging<T>(
         &self,
-        f: impl FnOnce(&mut ReadStaging) -> Result<T>,
+        f: impl FnOnce(&mut [ReadStaging]) -> Result<T>,
     ) -> Result<T> {
         guarded("reading onto the device", || {
             let mut slot = self
@@ -202,7 +202,10 @@ impl Gpu {
                 .lock()
                 .map_err(|_| Error::internal("device read staging poisoned"))?;
             if slot.is_none() {
-                *slot = Some(ReadStaging::new(self.new_stream()?));
+                let stagings = (0..super::batch_queue::SLOTS)
+                    .map(|_| self.new_stream().map(ReadStaging::new))
+                    .collect::<Result<Vec<_>>>()?;
+                *slot = Some(stagings);
             }
             match slot.as_mut() {
                 Some(st) => f(st),
