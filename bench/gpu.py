@@ -298,7 +298,7 @@ def report(
     opening: dict[str, float] | None = None,
 ) -> str:
     lines = [
-        f"## Device reads, {dt.date.today().isoformat()}, {machine}",
+        f"## Device reads and stages, {dt.date.today().isoformat()}, {machine}",
         "",
         f"`python bench/gpu.py --time {args.time} --repeat {args.repeat} --batches "
         f"{args.batches}`: best of {args.repeat}, one process, page cache warm. Arrays of "
