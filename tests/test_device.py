@@ -322,6 +322,9 @@ def test_explain_says_where_each_stage_runs_on_a_gpu_and_why(tmp_path: Path) -> 
         "ws": ("gpu", None),
         "wm": ("cpu", "the reduction runs on the CPU: argmax has no device form yet"),
     }, placed
+    # The reduction placed on the GPU still shows the tasks that write its output.
+    ws = next(s for s in explained["stages"] if s["output"] == "ws")
+    assert ws["tasks"] == 1 and ws["largest_task_bytes"] > 0, ws
     on_cpu = chunkfuse.explain_plan(plan, device="cpu")
     assert {(s["device"], s["device_note"]) for s in on_cpu["stages"]} == {("cpu", None)}
     assert not any((tmp_path / t).exists() for t in ["a.zarr", "p.zarr", "s.zarr", "m.zarr"])

@@ -80,11 +80,11 @@ impl Driver {
                     ),
                 ));
             }
-            let (before, mut record) = self.start(at, stage);
+            let (before, mut record) = self.start_apart(at, stage);
             let result = self.run_in_bands(stage, held, &mut record);
             return self.end(stage, before, record, result);
         }
-        let (before, mut record) = self.start(at, stage);
+        let (before, mut record) = self.start_apart(at, stage);
         let window = Window {
             tasks,
             sink: self.partial_sink(at)?,
@@ -152,7 +152,7 @@ impl Driver {
                 format!("stage {at} is not a reduction: it has no partial states to merge"),
             ));
         };
-        let (before, mut record) = self.start(at, stage);
+        let (before, mut record) = self.start_apart(at, stage);
         let layout = self.task_layout(at)?;
         let chunk_tasks = match layout.iter().position(|&(p, _)| p == part) {
             Some(first) => first..first + layout.iter().filter(|&&(p, _)| p == part).count(),

@@ -148,7 +148,13 @@ impl Driver {
     /// Runs the reduction `stage` whole on the run's GPU (its placing said it can), then its
     /// output's write tasks.
     fn reduce_on_device(&self, stage: &Stage, record: &mut StageRecord) -> Result<()> {
-        if self.explain {
+        #[cfg(feature = "cuda")]
+        if let (true, Stage::Reduce { out, .. }) = (self.explain, stage) {
+            // What a run writes once the device has reduced: its write tasks.
+            let plan = crate::exec::ops::reduce::device::write_plan(&self.arrays[*out]);
+            record.tasks = plan.len() as u64;
+            record.parts = plan.len() as u64;
+            record.largest_task_bytes = plan.iter().map(|(_, m)| *m).max().unwrap_or(0);
             return Ok(());
         }
         #[cfg(feature = "cuda")]
@@ -186,7 +192,7 @@ impl Driver {
     pub fn run_parts(&mut self, at: usize, parts: Range<usize>) -> Result<StageRecord> {
         let stages = self.stage(at)?;
         let stage = &stages[at];
-        let (before, mut record) = self.start(at, stage);
+        let (before, mut record) = self.start_apart(at, stage);
         let (limits, placement) = (self.limits(), &self.engine.placement);
         let made = tasks::task_range(stage, &self.arrays, limits, placement, Some(parts.clone()))?;
         let (mut tasks, total) = match made {
@@ -227,6 +233,17 @@ impl Driver {
             record.device_note = placed.note;
         }
         (Snapshot::of(&self.engine.progress), record)
+    }
+
+    /// As [`start`](Self::start), for tasks of the stage run apart from the others (parts,
+    /// batches): a reduction then runs on the CPU, each task folding its own pieces.
+    fn start_apart(&self, at: usize, stage: &Stage) -> (Snapshot, StageRecord) {
+        let (before, mut record) = self.start(at, stage);
+        if record.device == "gpu" && matches!(stage, Stage::Reduce { .. }) {
+            record.device = "cpu".into();
+            record.device_note = Some("a reduction run in parts or batches runs on the CPU".into());
+        }
+        (before, record)
     }
 
     /// The record of `stage` once `result` is in: what it moved since `before`; or, when it

@@ -131,8 +131,9 @@ pub fn run_on_device(
     Ok(write_tasks(values, out, label))
 }
 
-/// Tasks that encode and write every chunk of `out` from `values` (all of it, C order).
-fn write_tasks(values: Arc<Buffer>, out: &Arc<ZarrArray>, label: &str) -> Vec<Task> {
+/// The write tasks of a device reduction's output `out`: each task's output chunks and the
+/// bytes it reserves.
+pub fn write_plan(out: &ZarrArray) -> Vec<(Vec<Vec<u64>>, u64)> {
     let grid = out.grid();
     let chunks = indices_in(&grid.grid_shape());
     let elem = out.dtype().size() as u64;
@@ -140,20 +141,28 @@ fn write_tasks(values: Arc<Buffer>, out: &Arc<ZarrArray>, label: &str) -> Vec<Ta
     let per_task = (WRITE_TASK_BYTES / chunk_bytes).max(1) as usize;
     chunks
         .chunks(per_task)
+        .map(|group| (group.to_vec(), 2 * group.len() as u64 * chunk_bytes))
+        .collect()
+}
+
+/// Tasks that encode and write every chunk of `out` from `values` (all of it, C order).
+fn write_tasks(values: Arc<Buffer>, out: &Arc<ZarrArray>, label: &str) -> Vec<Task> {
+    write_plan(out)
+        .into_iter()
         .enumerate()
-        .map(|(part, group)| Task {
+        .map(|(part, (chunks, memory))| Task {
             label: format!(
                 "{label}: write {} chunk(s) computed on the device",
-                group.len()
+                chunks.len()
             ),
-            memory: 2 * group.len() as u64 * chunk_bytes,
+            memory,
             batches: vec![Vec::new()],
+            outputs: chunks.iter().map(|idx| out.chunk_key(idx)).collect(),
             processor: Box::new(WriteValues {
                 values: values.clone(),
                 out: out.clone(),
-                chunks: group.to_vec(),
+                chunks,
             }),
-            outputs: group.iter().map(|idx| out.chunk_key(idx)).collect(),
             part,
         })
         .collect()

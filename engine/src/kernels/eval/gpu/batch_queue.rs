@@ -11,9 +11,6 @@ use super::read_staging::ReadStaging;
 use super::runtime::Gpu;
 use crate::error::{Error, Result};
 
-/// Stagings (and so batches in flight) one device read uses.
-pub const SLOTS: usize = 2;
-
 /// The batches of one device read in flight on its stagings.
 pub struct BatchQueue<'a> {
     gpu: &'a Gpu,

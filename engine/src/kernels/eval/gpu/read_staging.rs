@@ -11,6 +11,9 @@ use super::failure::cuda_error;
 use super::staging::DeviceBuf;
 use crate::error::Result;
 
+/// Stagings (and so batches in flight) one device read uses.
+pub const SLOTS: usize = 2;
+
 /// Alignment of every allocation's size.
 const ALIGN: usize = 256;
 

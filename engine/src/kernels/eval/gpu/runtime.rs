@@ -202,7 +202,7 @@ impl Gpu {
                 .lock()
                 .map_err(|_| Error::internal("device read staging poisoned"))?;
             if slot.is_none() {
-                let stagings = (0..super::batch_queue::SLOTS)
+                let stagings = (0..super::read_staging::SLOTS)
                     .map(|_| self.new_stream().map(ReadStaging::new))
                     .collect::<Result<Vec<_>>>()?;
                 *slot = Some(stagings);
