@@ -332,22 +332,25 @@ def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly(tmp_path:
     user function still ran on a compute thread; when the function returned, the
     interpreter (finalizing on the KeyboardInterrupt) aborted with "PyGILState_Release:
     thread state must be current". The call now returns once no chunk computes."""
+    # Unbuffered bytes: a buffered readline could take the second thread's "computing" into
+    # a buffer that communicate() (reading the pipe itself) never sees.
     proc = subprocess.Popen(
         [sys.executable, "-c", _SLOW_CUBED_FUNCTION, str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        bufsize=0,
     )
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "computing"
+        assert proc.stdout.readline().strip() == b"computing"
         time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out_bytes, err_bytes = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    out, err = out_bytes.decode(), err_bytes.decode(errors="replace")
     lines = ["computing", *out.split()]
     # Every chunk function that started had returned before the call raised.
     assert "interrupted" in lines, (lines, err)
