@@ -303,11 +303,15 @@ def test_explain_says_where_each_stage_runs_on_a_gpu_and_why(tmp_path: Path) -> 
             {"id": "a", "op": "elementwise", "inputs": ["x"], "expr": _call("add", X, 1)},
             {"id": "p", "op": "elementwise", "inputs": ["n"], "expr": _call("power", X, X)},
             {"id": "s", "op": "reduce", "input": "x", "func": "sum", "axes": [0]},
-            {"id": "m", "op": "reduce", "input": "x", "func": "argmax", "axes": [0]},
+            {"id": "m", "op": "reduce", "input": "x", "func": "prod", "axes": [0]},
+            {"id": "v", "op": "reduce", "input": "x", "func": "var", "axes": [0], "ddof": 1},
+            {"id": "i", "op": "reduce", "input": "x", "func": "argmax", "axes": [1]},
             {"id": "wa", "input": "a", "target": str(tmp_path / "a.zarr"), **write},
             {"id": "wp", "input": "p", "target": str(tmp_path / "p.zarr"), **write},
             {"id": "ws", "input": "s", "target": str(tmp_path / "s.zarr"), **write},
             {"id": "wm", "input": "m", "target": str(tmp_path / "m.zarr"), **write},
+            {"id": "wv", "input": "v", "target": str(tmp_path / "v.zarr"), **write},
+            {"id": "wi", "input": "i", "target": str(tmp_path / "i.zarr"), **write},
         ],
     }
     explained = chunkfuse.explain_plan(plan, device="cuda")
@@ -320,7 +324,9 @@ def test_explain_says_where_each_stage_runs_on_a_gpu_and_why(tmp_path: Path) -> 
         "wa": ("gpu", None),
         "wp": ("cpu", "power of int, int values has no GPU form"),
         "ws": ("gpu", None),
-        "wm": ("cpu", "the reduction runs on the CPU: argmax has no device form yet"),
+        "wm": ("cpu", "the reduction runs on the CPU: prod has no device form yet"),
+        "wv": ("gpu", None),
+        "wi": ("gpu", None),
     }, placed
     # The reduction placed on the GPU still shows the tasks that write its output.
     ws = next(s for s in explained["stages"] if s["output"] == "ws")

@@ -194,3 +194,32 @@ def test_without_nvcomp_chunks_are_decoded_on_the_cpu(zstd_array: tuple[str, np.
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("0 nvCOMP not found"), done.stdout
+
+
+def _read_in_a_forked_child(url: str) -> tuple[Any, str]:
+    """What `device="auto"` reads in this (forked) process, and what `device="cuda"` raises."""
+    got = chunkfuse.read(url, device="auto")
+    try:
+        chunkfuse.read(url, device="cuda")
+    except RuntimeError as e:
+        return got, str(e)
+    return got, ""
+
+
+@needs_gpu
+@pytest.mark.skipif(sys.platform != "linux", reason="fork")
+def test_a_process_forked_after_the_gpu_opened_reads_on_the_cpu_and_says_why_not_cuda(
+    zstd_array: tuple[str, np.ndarray],
+) -> None:
+    """CUDA does not survive fork: a DataLoader's forked worker whose parent read onto the GPU
+    gets host arrays from `device="auto"` and, from `device="cuda"`, an error naming the
+    remedy (spawned workers), rather than a hang or a crash."""
+    import multiprocessing
+
+    url, values = zstd_array
+    assert isinstance(chunkfuse.read(url, device="cuda"), chunkfuse.DeviceArray)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got, why = pool.apply_async(_read_in_a_forked_child, (url,)).get(timeout=120)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, values)
+    assert "forked from process" in why and '"spawn"' in why, why

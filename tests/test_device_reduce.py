@@ -26,10 +26,12 @@ needs_gpu = pytest.mark.skipif(
     reason=f"no usable GPU: {GPU_ERROR}",
 )
 
-EXACT = {"min", "max", "nanmin", "nanmax"}
+EXACT = {"min", "max", "nanmin", "nanmax", "argmin", "argmax", "nanargmin", "nanargmax"}
 
 
-def _reduce_plan(func: str, axes: list[int], keepdims: bool = False) -> dict[str, Any]:
+def _reduce_plan(
+    func: str, axes: list[int], keepdims: bool = False, ddof: float = 0.0
+) -> dict[str, Any]:
     """`func((x + 1) * 2, axes)` written uncompressed."""
     affine = {
         "op": "multiply",
@@ -47,6 +49,7 @@ def _reduce_plan(func: str, axes: list[int], keepdims: bool = False) -> dict[str
                 "func": func,
                 "axes": axes,
                 "keepdims": keepdims,
+                "ddof": ddof,
             },
             {"id": "out", "op": "write", "input": "r", "target": "${target}"},
         ],
@@ -98,6 +101,44 @@ def test_reductions_on_the_gpu_equal_the_cpu_s(tmp_path: Path, with_nans: str, f
 
 
 @needs_gpu
+@pytest.mark.parametrize("func", ["var", "std", "nanvar", "nanstd"])
+def test_variances_on_the_gpu_equal_the_cpu_s(tmp_path: Path, with_nans: str, func: str) -> None:
+    for axes, ddof in [([0], 0.0), ([1, 2], 1.0), ([0, 2], 0.0), ([0, 1, 2], 1.0)]:
+        plan = _reduce_plan(func, axes, ddof=ddof)
+        cpu, gpu, summary = _both(tmp_path, with_nans, plan, f"{axes}")
+        _same(func, cpu, gpu, f"{func} over {axes}, ddof {ddof}")
+        reduce = [s for s in summary["stages"] if s["kind"] == "reduce"]
+        assert [s["device"] for s in reduce] == ["gpu"], summary["stages"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("func", ["argmin", "argmax", "nanargmin", "nanargmax"])
+def test_arg_reductions_on_the_gpu_equal_the_cpu_s(tmp_path: Path, func: str) -> None:
+    values = np.random.default_rng(3).integers(0, 4, size=(9, 13, 17)).astype(np.float32)
+    values[values == 3] = np.nan  # ties and NaNs in most lanes
+    source = _array(tmp_path, values, (2, 4, 8))
+    for axes in [[0], [1], [2], [0, 1, 2]]:
+        cpu, gpu, summary = _both(tmp_path, source, _reduce_plan(func, axes), f"{axes}")
+        _same(func, cpu, gpu, f"{func} over {axes}")
+        reduce = [s for s in summary["stages"] if s["kind"] == "reduce"]
+        assert [s["device"] for s in reduce] == ["gpu"], summary["stages"]
+
+
+@needs_gpu
+def test_nanargmax_of_a_lane_of_nans_only_fails_on_the_gpu_as_on_the_cpu(
+    tmp_path: Path, with_nans: str
+) -> None:
+    for device in ["cpu", "cuda"]:
+        target = tmp_path / f"nanargmax-{device}.zarr"
+        with pytest.raises(ValueError, match="nanargmax: all-NaN slice encountered"):
+            chunkfuse.run_plan(
+                _reduce_plan("nanargmax", [0]),
+                {"source": with_nans, "target": str(target)},
+                device=device,
+            )
+
+
+@needs_gpu
 def test_float64_keepdims_and_arrays_the_cpu_decodes(tmp_path: Path) -> None:
     values = np.random.default_rng(2).normal(size=(6, 10, 12))
     for codec, shards in [("zstd", None), ("none", None), ("zstd", (6, 10, 12)), ("gzip", None)]:
@@ -114,10 +155,10 @@ def test_a_reduction_without_a_device_form_runs_on_the_cpu_in_a_gpu_run(
     tmp_path: Path, with_nans: str
 ) -> None:
     values = chunkfuse.read(with_nans)
-    cpu, gpu, summary = _both(tmp_path, with_nans, _reduce_plan("argmax", [1]), "argmax")
+    cpu, gpu, summary = _both(tmp_path, with_nans, _reduce_plan("prod", [1]), "prod")
     np.testing.assert_array_equal(gpu, cpu)
-    np.testing.assert_array_equal(gpu, np.argmax((values + 1) * 2, axis=1))
+    np.testing.assert_allclose(gpu, np.prod((values + 1) * 2, axis=1), rtol=1e-5)
     reduce = [s for s in summary["stages"] if s["kind"] == "reduce"]
     assert [(s["device"], s["device_note"]) for s in reduce] == [
-        ("cpu", "the reduction runs on the CPU: argmax has no device form yet")
+        ("cpu", "the reduction runs on the CPU: prod has no device form yet")
     ], summary["stages"]

@@ -138,20 +138,20 @@ mod tests {
         };
         #[cfg(feature = "cuda")]
         assert_eq!(on_a_gpu(&sum, DType::F64).device, "gpu");
-        let argmax = Stage::Reduce {
+        let prod = Stage::Reduce {
             input: Fused::material(0, &[8, 8], DType::F64, grid()),
             out: 1,
-            func: ReduceFunc::Argmax,
+            func: ReduceFunc::Prod,
             axes: vec![0],
             keepdims: false,
             ddof: 0.0,
-            label: "argmax".into(),
+            label: "prod".into(),
         };
         #[cfg(feature = "cuda")]
         assert_eq!(
-            on_a_gpu(&argmax, DType::I64),
-            StageDevice::cpu("the reduction runs on the CPU: argmax has no device form yet")
+            on_a_gpu(&prod, DType::F64),
+            StageDevice::cpu("the reduction runs on the CPU: prod has no device form yet")
         );
-        assert_eq!(on_a_gpu(&argmax, DType::I64).device, "cpu");
+        assert_eq!(on_a_gpu(&prod, DType::F64).device, "cpu");
     }
 }

@@ -82,6 +82,7 @@ pub fn run_on_device(
         input: value,
         func,
         axes,
+        ddof,
         label,
         ..
     } = stage
@@ -127,7 +128,7 @@ pub fn run_on_device(
         progress.gpu_blocks.fetch_add(1, Ordering::Relaxed);
     }
     let count: u64 = axes.iter().map(|&a| value.shape[a]).product();
-    let values = Arc::new(red.finish(out.dtype(), count)?);
+    let values = Arc::new(red.finish(out.dtype(), count, *ddof)?);
     Ok(write_tasks(values, out, label))
 }
 

@@ -57,9 +57,20 @@ fn single_input(input: &Fused) -> Result<(&Leaf, Vec<u64>), String> {
 
 /// How `stage` (whose output has `out_dtype`) runs on a GPU; `Err` says why it does not.
 pub fn device_reduce(stage: &Stage, out_dtype: DType) -> Result<DeviceReduce<'_>, String> {
-    let Stage::Reduce { input, func, .. } = stage else {
+    let Stage::Reduce {
+        input, func, axes, ..
+    } = stage
+    else {
         return Err("not a reduction".into());
     };
+    let rank = input.shape.len();
+    if func.is_arg() && axes.len() > 1 && axes.len() < rank {
+        return Err(format!(
+            "{} over {} of {rank} axes runs on the CPU (the device takes one axis or all)",
+            func.name(),
+            axes.len()
+        ));
+    }
     let (leaf, start) = single_input(input)?;
     gpu_reduce_form(*func, &input.program, leaf.dtype, out_dtype)?;
     Ok(DeviceReduce { leaf, start })
@@ -145,8 +156,26 @@ mod tests {
         assert!(why(&sum_of(two, ReduceFunc::Sum)).contains("reads 2 arrays"));
         #[cfg(feature = "cuda")]
         assert_eq!(
-            why(&sum_of(material(), ReduceFunc::Argmax)),
-            "argmax has no device form yet"
+            why(&sum_of(material(), ReduceFunc::Prod)),
+            "prod has no device form yet"
+        );
+        let mut corner = sum_of(material(), ReduceFunc::Argmax);
+        if let Stage::Reduce { axes, .. } = &mut corner {
+            *axes = vec![0, 1];
+        }
+        // Over every axis: the flat index, which the device gives.
+        #[cfg(feature = "cuda")]
+        assert!(device_reduce(&corner, DType::I64).is_ok());
+        let mut three = material();
+        three.shape = vec![8, 6, 1];
+        let mut some = sum_of(three, ReduceFunc::Argmax);
+        if let Stage::Reduce { axes, .. } = &mut some {
+            *axes = vec![0, 1];
+        }
+        assert!(
+            why(&some).contains("argmax over 2 of 3 axes runs on the CPU"),
+            "{}",
+            why(&some)
         );
     }
 }

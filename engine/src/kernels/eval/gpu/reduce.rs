@@ -27,11 +27,13 @@ pub struct DeviceReduction {
     partial: CudaFunction,
     merge: CudaFunction,
     finish: CudaFunction,
-    /// Accumulators and counts, one per output value.
-    acc: DeviceArray,
-    cnt: DeviceArray,
-    /// Partial results of the last fold (grown as folds need).
-    part: Option<(DeviceArray, DeviceArray)>,
+    /// The function (an arg-reduction's lanes of NaN only are checked when it finishes).
+    func: ReduceFunc,
+    /// Accumulators, counts and auxiliaries (squared deviations, indices), one per output
+    /// value.
+    state: [DeviceArray; 3],
+    /// Partial states of the last fold (grown as folds need).
+    part: Option<[DeviceArray; 3]>,
     /// Output values.
     len: u64,
     /// The input's shape and the reduced axes.
@@ -70,23 +72,25 @@ impl DeviceReduction {
         guarded("starting a reduction on the device", || {
             gpu.bind()?;
             let init = gpu.function(&src, "cf_reduce_init")?;
+            let values = || DeviceArray::alloc(gpu, &[len], DType::F64);
             let r = DeviceReduction {
                 gpu,
                 stream: gpu.new_stream()?,
                 partial: gpu.function(&src, "cf_reduce_partial")?,
                 merge: gpu.function(&src, "cf_reduce_merge")?,
                 finish: gpu.function(&src, "cf_reduce_finish")?,
-                acc: DeviceArray::alloc(gpu, &[len], DType::F64)?,
-                cnt: DeviceArray::alloc(gpu, &[len], DType::F64)?,
+                func,
+                state: [values()?, values()?, values()?],
                 part: None,
                 len,
                 shape: shape.to_vec(),
                 axes: axes.to_vec(),
             };
-            let (acc, cnt) = (r.acc.device_ptr(), r.cnt.device_ptr());
+            let [acc, cnt, aux] = r.state.each_ref().map(DeviceArray::device_ptr);
             let mut launch = r.stream.launch_builder(&init);
-            launch.arg(&acc).arg(&cnt).arg(&len);
-            // SAFETY: `cf_reduce_init(double*, double*, u64)`: both arrays hold `len` values.
+            launch.arg(&acc).arg(&cnt).arg(&aux).arg(&len);
+            // SAFETY: `cf_reduce_init(double*, double*, double*, u64)`: the arrays hold `len`
+            // values each.
             unsafe { launch.launch(config(len)) }
                 .map_err(|e| cuda_error("launching cf_reduce_init", e))?;
             Ok(r)
@@ -94,22 +98,20 @@ impl DeviceReduction {
     }
 
     /// Partial buffers of at least `n` values each.
-    fn partials(&mut self, n: u64) -> Result<(u64, u64)> {
+    fn partials(&mut self, n: u64) -> Result<[u64; 3]> {
         let big_enough = self
             .part
             .as_ref()
-            .is_some_and(|(p, _)| p.nbytes() as u64 >= n * 8);
+            .is_some_and(|[p, ..]| p.nbytes() as u64 >= n * 8);
         if !big_enough {
             // The previous fold's kernels may still read the old buffers.
             self.sync()?;
             self.part = None;
-            self.part = Some((
-                DeviceArray::alloc(self.gpu, &[n], DType::F64)?,
-                DeviceArray::alloc(self.gpu, &[n], DType::F64)?,
-            ));
+            let values = || DeviceArray::alloc(self.gpu, &[n], DType::F64);
+            self.part = Some([values()?, values()?, values()?]);
         }
         match &self.part {
-            Some((p, c)) => Ok((p.device_ptr(), c.device_ptr())),
+            Some(part) => Ok(part.each_ref().map(DeviceArray::device_ptr)),
             None => Err(Error::internal("no partial buffers")),
         }
     }
@@ -125,34 +127,39 @@ impl DeviceReduction {
         }
         guarded("folding a slab on the device", || {
             self.gpu.bind()?;
-            let (part, pcnt) = self.partials(fold.kept * fold.parts)?;
+            let [part, pcnt, paux] = self.partials(fold.kept * fold.parts)?;
             let input = slab.device_ptr();
-            let (acc, cnt) = (self.acc.device_ptr(), self.cnt.device_ptr());
+            let [acc, cnt, aux] = self.state.each_ref().map(DeviceArray::device_ptr);
             let mut launch = self.stream.launch_builder(&self.partial);
             launch
                 .arg(&input)
                 .arg(&part)
                 .arg(&pcnt)
+                .arg(&paux)
                 .arg(&fold.dims)
                 .arg(&fold.kept)
                 .arg(&fold.reduced)
-                .arg(&fold.parts);
-            // SAFETY: `cf_reduce_partial(l0, part, pcnt, dims, K, R, P)`: the slab holds the
-            // values `dims` indexes; the partial buffers hold `K * P` values each.
+                .arg(&fold.parts)
+                .arg(&fold.ibase);
+            // SAFETY: `cf_reduce_partial(l0, part, pcnt, paux, dims, K, R, P, ibase)`: the
+            // slab holds the values `dims` indexes; the partial buffers hold `K * P` values
+            // each.
             unsafe { launch.launch(config(fold.kept * fold.parts)) }
                 .map_err(|e| cuda_error("launching cf_reduce_partial", e))?;
             let mut launch = self.stream.launch_builder(&self.merge);
             launch
                 .arg(&part)
                 .arg(&pcnt)
+                .arg(&paux)
                 .arg(&acc)
                 .arg(&cnt)
+                .arg(&aux)
                 .arg(&fold.dims)
                 .arg(&fold.kept)
                 .arg(&fold.parts)
                 .arg(&fold.obase);
-            // SAFETY: `cf_reduce_merge(part, pcnt, acc, cnt, dims, K, P, obase)`: every output
-            // index `obase` plus the kept offsets reach lies inside the accumulators.
+            // SAFETY: `cf_reduce_merge(part, pcnt, paux, acc, cnt, aux, dims, K, P, obase)`:
+            // every output index `obase` plus the kept offsets reach lies inside the states.
             unsafe { launch.launch(config(fold.kept)) }
                 .map(|_| ())
                 .map_err(|e| cuda_error("launching cf_reduce_merge", e))
@@ -166,27 +173,50 @@ impl DeviceReduction {
             .map_err(|e| cuda_error("waiting for a reduction on the device", e))
     }
 
-    /// The finished values (`count` elements reduced into each, for means), copied to the
-    /// host as `out_dtype`.
-    pub fn finish(self, out_dtype: DType, count: u64) -> Result<Buffer> {
-        guarded("finishing a reduction on the device", || {
+    /// The finished values (`count` elements reduced into each, for means; `ddof` delta
+    /// degrees of freedom, for variances), copied to the host as `out_dtype`. A NaN-skipping
+    /// arg-reduction with a lane of NaN values only is an error, as on the CPU.
+    pub fn finish(self, out_dtype: DType, count: u64, ddof: f64) -> Result<Buffer> {
+        let values = guarded("finishing a reduction on the device", || {
             self.gpu.bind()?;
             let out = DeviceArray::alloc(self.gpu, &[self.len], out_dtype)?;
-            let (acc, cnt, dst) = (
-                self.acc.device_ptr(),
-                self.cnt.device_ptr(),
-                out.device_ptr(),
-            );
+            let [acc, cnt, aux] = self.state.each_ref().map(DeviceArray::device_ptr);
+            let dst = out.device_ptr();
             let (len, count) = (self.len, count as f64);
             let mut launch = self.stream.launch_builder(&self.finish);
-            launch.arg(&acc).arg(&cnt).arg(&dst).arg(&len).arg(&count);
-            // SAFETY: `cf_reduce_finish(acc, cnt, out, n, count)`: all three hold `len` values.
+            launch
+                .arg(&acc)
+                .arg(&cnt)
+                .arg(&aux)
+                .arg(&dst)
+                .arg(&len)
+                .arg(&count)
+                .arg(&ddof);
+            // SAFETY: `cf_reduce_finish(acc, cnt, aux, out, n, count, ddof)`: all four hold
+            // `len` values.
             unsafe { launch.launch(config(len)) }
                 .map_err(|e| cuda_error("launching cf_reduce_finish", e))?;
             self.sync()?;
             let mut values = Buffer::for_overwrite(out_dtype, self.len as usize);
             out.copy_to_host(values.bytes_mut())?;
             Ok(values)
-        })
+        })?;
+        unseen_lanes(self.func, &values)?;
+        Ok(values)
     }
+}
+
+/// The CPU's error for a NaN-skipping arg-reduction whose finished `values` hold a lane that
+/// saw no value (finished as -1).
+fn unseen_lanes(func: ReduceFunc, values: &Buffer) -> Result<()> {
+    if !matches!(func, ReduceFunc::NanArgmin | ReduceFunc::NanArgmax) {
+        return Ok(());
+    }
+    if values.as_slice::<i64>()?.iter().any(|&i| i < 0) {
+        return Err(Error::new(
+            ErrorKind::Value,
+            format!("{}: all-NaN slice encountered", func.name()),
+        ));
+    }
+    Ok(())
 }

@@ -5,7 +5,10 @@
 //! double (the CPU adds float32 values 16 at a time in float32 first, so a float32 sum may
 //! differ from the CPU's in its last bits); minima and maxima are exact.
 //!
-//! Four kernels: `cf_reduce_init` (the accumulators' start), `cf_reduce_partial`,
+//! Variances fold by Welford's update and merge by Chan's formula (as the CPU does), in
+//! double; arg-reductions keep the best value and its index, the earlier index winning ties.
+//!
+//! Four kernels: `cf_reduce_init` (the states' start), `cf_reduce_partial`,
 //! `cf_reduce_merge` and `cf_reduce_finish` (the values of the output dtype).
 
 use std::fmt::Write;
@@ -109,6 +112,9 @@ pub struct Fold {
     pub reduced: u64,
     /// Partial results per output element (threads per output element).
     pub parts: u64,
+    /// The index, among all the reduced elements of an output value, of the slab's first
+    /// (what arg-reductions add to the slab's own indices).
+    pub ibase: i64,
 }
 
 impl Fold {
@@ -130,12 +136,26 @@ impl Fold {
             .sum();
         let (kept, reduced) = (dims.kept(), dims.reduced());
         let parts = (FOLD_THREADS / kept.max(1)).clamp(1, reduced.max(1));
+        // Slabs are cut along axis 0 only: where it is reduced (the outermost of the reduced
+        // axes), the slab's first element follows `start[0]` times the other reduced extents.
+        let ibase = match (axes.contains(&0), start.first()) {
+            (true, Some(&s0)) => {
+                let rest: u64 = axes
+                    .iter()
+                    .filter(|&&a| a != 0)
+                    .map(|&a| shape[a])
+                    .product();
+                (s0 * rest) as i64
+            }
+            _ => 0,
+        };
         Ok(Fold {
             dims,
             obase,
             kept,
             reduced,
             parts,
+            ibase,
         })
     }
 }
@@ -144,38 +164,103 @@ impl Fold {
 #[cfg(feature = "cuda")]
 unsafe impl cudarc::driver::DeviceRepr for ReduceDims {}
 
-/// The fold of one value into an accumulator and a count, the merge of a partial result,
-/// and the accumulator's start, of `func`; `None` when it has no device form.
-fn parts(func: ReduceFunc) -> Option<(&'static str, &'static str, &'static str)> {
+/// How one function folds values into an output value's state (an accumulator `a`, a count
+/// `c` and an auxiliary `q`: the sum of squared deviations of a variance, the index of an
+/// arg-reduction), merges a partial state `(xa, xc, xq)` into it, and where `a` starts.
+struct Parts {
+    fold: String,
+    merge: String,
+    init: &'static str,
+}
+
+/// Welford's update of a running mean `a` and squared deviations `q` by `x`.
+const WELFORD: &str = "c += 1.0; double d = x - a; a += d / c; q += d * (x - a);";
+/// Chan's merge of a partial mean and squared deviations.
+const CHAN: &str = "if (xc == 0.0) return; double t = c + xc, d = xa - a; \
+                    a += d * (xc / t); q += xq + d * d * c * xc / t; c = t;";
+
+/// The [`Parts`] of `func`; `None` when it has no device form.
+fn parts(func: ReduceFunc) -> Option<Parts> {
     use ReduceFunc::*;
     const ADD: &str = "a += x;";
     const MIN: &str = "a = (isnan(a) || isnan(x)) ? CF_NAN : (x < a ? x : a);";
     const MAX: &str = "a = (isnan(a) || isnan(x)) ? CF_NAN : (x > a ? x : a);";
     const NANMIN: &str = "if (!isnan(x) && (isnan(a) || x < a)) a = x;";
     const NANMAX: &str = "if (!isnan(x) && (isnan(a) || x > a)) a = x;";
+    const SKIP_NAN: &str = "if (isnan(x)) return; ";
+    let plain = |fold: &str, merge: &str, init| Parts {
+        fold: fold.to_string(),
+        merge: merge.to_string(),
+        init,
+    };
+    // An arg-reduction keeps the best value in `a` and its index in `q`; `c` counts the
+    // values seen. Of equal values the earlier index wins: a part's values fold in index
+    // order and partial states merge in index order. Without skipping, the first NaN wins.
+    let arg = |op: &str, skip: bool| {
+        Parts {
+        fold: format!(
+            "{}if (c == 0.0 || (!isnan(a) && (isnan(x) || x {op} a))) {{ a = x; q = (double)i; }} c += 1.0;",
+            if skip { SKIP_NAN } else { "" }
+        ),
+        merge: format!(
+            "if (xc > 0.0 && (c == 0.0 || (!isnan(a) && (isnan(xa) || xa {op} a)))) {{ a = xa; q = xq; }} c += xc;"
+        ),
+        init: "0.0",
+    }
+    };
     Some(match func {
-        Sum | Mean => (ADD, "a += x;", "0.0"),
-        NanSum => ("if (!isnan(x)) a += x;", "a += x;", "0.0"),
-        NanMean => (
+        Sum | Mean => plain(ADD, "a += xa;", "0.0"),
+        NanSum => plain("if (!isnan(x)) a += x;", "a += xa;", "0.0"),
+        NanMean => plain(
             "if (!isnan(x)) { a += x; c += 1.0; }",
-            "a += x; c += xc;",
+            "a += xa; c += xc;",
             "0.0",
         ),
-        Min => (MIN, MIN, "CF_INF"),
-        Max => (MAX, MAX, "-CF_INF"),
-        NanMin => (NANMIN, NANMIN, "CF_NAN"),
-        NanMax => (NANMAX, NANMAX, "CF_NAN"),
+        Min => plain(MIN, &MIN.replace('x', "xa"), "CF_INF"),
+        Max => plain(MAX, &MAX.replace('x', "xa"), "-CF_INF"),
+        NanMin => plain(NANMIN, &NANMIN.replace('x', "xa"), "CF_NAN"),
+        NanMax => plain(NANMAX, &NANMAX.replace('x', "xa"), "CF_NAN"),
+        Var | Std => plain(WELFORD, CHAN, "0.0"),
+        NanVar | NanStd => Parts {
+            fold: format!("{SKIP_NAN}{WELFORD}"),
+            merge: CHAN.to_string(),
+            init: "0.0",
+        },
+        Argmin => arg("<", false),
+        Argmax => arg(">", false),
+        NanArgmin => arg("<", true),
+        NanArgmax => arg(">", true),
         _ => return None,
     })
 }
 
-/// The finished value of accumulator `acc[i]` (count `cnt[i]`; `count` values per output in
-/// all) of `func`.
+/// The finished value of output `i` of `func` from its state (`acc[i]`, `cnt[i]`, `aux[i]`),
+/// the `count` values reduced into each and the delta degrees of freedom `ddof`. An
+/// arg-reduction that saw no value (all NaN, skipped) finishes as -1.
 fn finished(func: ReduceFunc) -> &'static str {
+    use ReduceFunc::*;
     match func {
-        ReduceFunc::Mean => "acc[i] / count",
-        ReduceFunc::NanMean => "(cnt[i] == 0.0 ? CF_NAN : acc[i] / cnt[i])",
+        Mean => "acc[i] / count",
+        NanMean => "(cnt[i] == 0.0 ? CF_NAN : acc[i] / cnt[i])",
+        Var => "aux[i] / fmax(cnt[i] - ddof, 0.0)",
+        Std => "sqrt(aux[i] / fmax(cnt[i] - ddof, 0.0))",
+        NanVar => "(cnt[i] - ddof <= 0.0 ? CF_NAN : aux[i] / (cnt[i] - ddof))",
+        NanStd => "(cnt[i] - ddof <= 0.0 ? CF_NAN : sqrt(aux[i] / (cnt[i] - ddof)))",
+        Argmin | Argmax | NanArgmin | NanArgmax => "(cnt[i] == 0.0 ? -1.0 : aux[i])",
         _ => "acc[i]",
+    }
+}
+
+/// The C type the finish kernel writes for `func` into `out_dtype`, or why there is none.
+fn out_type(func: ReduceFunc, out_dtype: DType) -> Result<&'static str, NoGpuForm> {
+    match (func.is_arg(), out_dtype) {
+        (false, DType::F32) => Ok("float"),
+        (false, DType::F64) => Ok("double"),
+        (true, DType::I64) => Ok("long long"),
+        (_, other) => Err(NoGpuForm(format!(
+            "{} into {other} runs on the CPU (the device writes floats, or int64 indices)",
+            func.name()
+        ))),
     }
 }
 
@@ -188,7 +273,7 @@ pub fn reduce_source(
     out_dtype: DType,
 ) -> Result<String, NoGpuForm> {
     let no = |why: String| NoGpuForm(why);
-    let (fold, merge, init) =
+    let Parts { fold, merge, init } =
         parts(func).ok_or_else(|| no(format!("{} has no device form yet", func.name())))?;
     let body = program_body(prog, &[leaf_dtype])?;
     if !body.is_float() {
@@ -198,31 +283,23 @@ pub fn reduce_source(
             prog.dtype()
         )));
     }
-    let out = match out_dtype {
-        DType::F32 => "float",
-        DType::F64 => "double",
-        other => {
-            return Err(no(format!(
-                "{} into {other} runs on the CPU (the device writes floats)",
-                func.name()
-            )))
-        }
-    };
+    let out = out_type(func, out_dtype)?;
     let last = body.last;
     let mut src = String::from(PRELUDE);
     let _ = write!(
         src,
         r#"#define CF_INF __longlong_as_double(0x7ff0000000000000LL)
 struct cf_dims {{ i64 nk; i64 nr; i64 ksize[8]; i64 kstride[8]; i64 rsize[8]; i64 rstride[8]; i64 ostride[8]; }};
-__device__ __forceinline__ void cf_fold(double& a, double& c, double x) {{ {fold} }}
-__device__ __forceinline__ void cf_merge(double& a, double& c, double x, double xc) {{ {merge} }}
-extern "C" __global__ void cf_reduce_init(double* acc, double* cnt, u64 n) {{
+__device__ __forceinline__ void cf_fold(double& a, double& c, double& q, double x, i64 i) {{ {fold} }}
+__device__ __forceinline__ void cf_merge(double& a, double& c, double& q, double xa, double xc, double xq) {{ {merge} }}
+extern "C" __global__ void cf_reduce_init(double* acc, double* cnt, double* aux, u64 n) {{
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {{
         acc[i] = {init};
         cnt[i] = 0.0;
+        aux[i] = 0.0;
     }}
 }}
-extern "C" __global__ void cf_reduce_partial(const unsigned char* __restrict__ l0, double* __restrict__ part, double* __restrict__ pcnt, cf_dims g, u64 K, u64 R, u64 P) {{
+extern "C" __global__ void cf_reduce_partial(const unsigned char* __restrict__ l0, double* __restrict__ part, double* __restrict__ pcnt, double* __restrict__ paux, cf_dims g, u64 K, u64 R, u64 P, i64 ibase) {{
     for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < K * P; t += (u64)gridDim.x * blockDim.x) {{
         const u64 k = t % K, p = t / K;
         i64 base = 0;
@@ -233,7 +310,7 @@ extern "C" __global__ void cf_reduce_partial(const unsigned char* __restrict__ l
         }}
         const u64 j0 = R / P * p + (p < R % P ? p : R % P);
         const u64 j1 = j0 + R / P + (p < R % P ? 1 : 0);
-        double a = {init}, c = 0.0;
+        double a = {init}, c = 0.0, q = 0.0;
         for (u64 j = j0; j < j1; ++j) {{
             i64 o0 = base;
             u64 rr = j;
@@ -241,13 +318,14 @@ extern "C" __global__ void cf_reduce_partial(const unsigned char* __restrict__ l
                 o0 += (i64)(rr % (u64)g.rsize[d]) * g.rstride[d];
                 rr /= (u64)g.rsize[d];
             }}
-{text}            cf_fold(a, c, (double)r{last});
+{text}            cf_fold(a, c, q, (double)r{last}, ibase + (i64)j);
         }}
         part[t] = a;
         pcnt[t] = c;
+        paux[t] = q;
     }}
 }}
-extern "C" __global__ void cf_reduce_merge(const double* __restrict__ part, const double* __restrict__ pcnt, double* acc, double* cnt, cf_dims g, u64 K, u64 P, i64 obase) {{
+extern "C" __global__ void cf_reduce_merge(const double* __restrict__ part, const double* __restrict__ pcnt, const double* __restrict__ paux, double* acc, double* cnt, double* aux, cf_dims g, u64 K, u64 P, i64 obase) {{
     for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < K; k += (u64)gridDim.x * blockDim.x) {{
         i64 o = obase;
         u64 rem = k;
@@ -255,13 +333,14 @@ extern "C" __global__ void cf_reduce_merge(const double* __restrict__ part, cons
             o += (i64)(rem % (u64)g.ksize[d]) * g.ostride[d];
             rem /= (u64)g.ksize[d];
         }}
-        double a = acc[o], c = cnt[o];
-        for (u64 p = 0; p < P; ++p) cf_merge(a, c, part[p * K + k], pcnt[p * K + k]);
+        double a = acc[o], c = cnt[o], q = aux[o];
+        for (u64 p = 0; p < P; ++p) cf_merge(a, c, q, part[p * K + k], pcnt[p * K + k], paux[p * K + k]);
         acc[o] = a;
         cnt[o] = c;
+        aux[o] = q;
     }}
 }}
-extern "C" __global__ void cf_reduce_finish(const double* __restrict__ acc, const double* __restrict__ cnt, {out}* __restrict__ out, u64 n, double count) {{
+extern "C" __global__ void cf_reduce_finish(const double* __restrict__ acc, const double* __restrict__ cnt, const double* __restrict__ aux, {out}* __restrict__ out, u64 n, double count, double ddof) {{
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {{
         out[i] = ({out})({finish});
     }}

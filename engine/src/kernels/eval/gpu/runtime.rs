@@ -47,20 +47,40 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// The device chosen by `CHUNKFUSE_CUDA_DEVICE` (an ordinal, 0 by default), opened on first
-/// use; the reason when there is none (no driver, no NVRTC, no device).
+/// use; the reason when there is none (no driver, no NVRTC, no device, or a process forked
+/// from one that had opened it).
 pub fn gpu() -> Result<&'static Gpu> {
-    static GPU: OnceLock<std::result::Result<Gpu, String>> = OnceLock::new();
-    GPU.get_or_init(|| {
+    static GPU: OnceLock<(u32, std::result::Result<Gpu, String>)> = OnceLock::new();
+    let (opener, opened) = GPU.get_or_init(|| {
         // A panic here (a library lacking a symbol) means no usable device.
-        std::panic::catch_unwind(open).unwrap_or_else(|panic| Err(panic_message(panic.as_ref())))
-    })
-    .as_ref()
-    .map_err(|why| {
+        let opened = std::panic::catch_unwind(open)
+            .unwrap_or_else(|panic| Err(panic_message(panic.as_ref())));
+        (std::process::id(), opened)
+    });
+    let unavailable = |why: &str| {
         Error::new(
             ErrorKind::Unsupported,
             format!("device 'cuda' is not available: {why}"),
         )
-    })
+    };
+    let gpu = opened.as_ref().map_err(|why| unavailable(why))?;
+    usable_after_fork(*opener, std::process::id()).map_err(|why| unavailable(&why))?;
+    Ok(gpu)
+}
+
+/// Whether a device opened by process `opener` can be used by process `current`: CUDA's
+/// state does not survive `fork`, so a child of the process that opened it cannot (its calls
+/// would fail or hang); it must be started by spawning.
+fn usable_after_fork(opener: u32, current: u32) -> std::result::Result<(), String> {
+    if opener == current {
+        return Ok(());
+    }
+    Err(format!(
+        "this process was forked from process {opener}, which had opened the GPU, and CUDA \
+         cannot be used after fork: start worker processes with the \"spawn\" or \
+         \"forkserver\" method (multiprocessing_context=\"spawn\" for a DataLoader), or \
+         open the GPU only in the workers"
+    ))
 }
 
 fn open() -> std::result::Result<Gpu, String> {
@@ -344,5 +364,18 @@ impl GpuKernel {
             unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launching a fused kernel", e))?;
             staging.download(out_dev, out_bytes)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forked_child_of_the_process_that_opened_the_device_is_refused_with_the_remedy() {
+        assert_eq!(usable_after_fork(41, 41), Ok(()));
+        let why = usable_after_fork(41, 42).unwrap_err();
+        assert!(why.contains("forked from process 41"), "{why}");
+        assert!(why.contains("\"spawn\""), "{why}");
     }
 }
