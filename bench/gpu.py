@@ -20,6 +20,8 @@ best of `--repeat`, data in the page cache:
   `read_windows` to host memory plus `.cuda()` the same two ways (the grouped speed-up is
   against the faster of those);
 - nvCOMP's rate by the frames one call decodes;
+- the zstd encode floor: `chunkfuse bench encode --device cuda` (every chunk encoded by
+  libzstd level 3 on all cores, and by nvCOMP on the GPU, its frames decoded back);
 - whole stages, `plans/era5-sum.json` (sum over time of `(x + 1) * 2`) and
   `plans/era5-anomaly.json` (x minus its time mean, written as sharded zstd), run with
   `device="cpu"` (all cores) and `device="cuda"`: in this process (the device already open)
@@ -128,15 +130,41 @@ def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return min(times, key=lambda tv: tv[0])
 
 
-def cli_decode(url: str) -> dict[str, Any] | None:
-    """`chunkfuse bench decode` on all cores, when the CLI is found."""
+def cli_bench(what: str, url: str, *extra: str) -> dict[str, Any] | None:
+    """`chunkfuse bench WHAT URL ...` on all cores, when the CLI is found; a failure's message
+    as `{"error": ...}`."""
     binary = os.environ.get("CHUNKFUSE_BIN") or str(ROOT / "target" / "release" / "chunkfuse")
     if not os.path.exists(binary):
         return None
     done = subprocess.run(
-        [binary, "bench", "decode", url, "--json"], capture_output=True, text=True, check=True
+        [binary, "bench", what, url, *extra, "--json"], capture_output=True, text=True
     )
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-500:]}
     return json.loads(done.stdout)
+
+
+def encode_line(kind: str, e: dict[str, Any]) -> str:
+    """The report's line on `bench encode --device cuda` of one array."""
+    if "error" in e:
+        return f"- {kind}, zstd encode of every chunk: failed: {e['error']}"
+    gb = e["decoded_bytes"] / 1e9
+    line = (
+        f"- {kind}, zstd encode of every chunk ({e['chunks']}): libzstd level {e['level']} on "
+        f"{e['threads']} threads {gb / e['cpu_seconds']:.1f} GB/s (ratio "
+        f"{e['decoded_bytes'] / e['cpu_compressed_bytes']:.2f})"
+    )
+    d = e.get("device")
+    if d:
+        line += (
+            f"; nvCOMP {gb / d['encode_seconds']:.1f} GB/s (ratio "
+            f"{e['decoded_bytes'] / d['compressed_bytes']:.2f}; "
+            f"{e['cpu_seconds'] / d['encode_seconds']:.2f}x libzstd's rate; upload "
+            f"{d['upload_seconds']:.3f} s apart), "
+            f"{d['frames_verified']} of {e['chunks']} frames decode back, "
+            f"{d['frames_with_content_size']} record their size"
+        )
+    return line + "."
 
 
 def measure(
@@ -152,9 +180,12 @@ def measure(
 
     nbytes = int(np.prod(shape)) * 4
     out: dict[str, Any] = {"decoded_gb": nbytes / 1e9, "ratio": nbytes / stored_bytes(url)}
-    floor = cli_decode(url)
-    if floor:
+    floor = cli_bench("decode", url)
+    if floor and "error" not in floor:
         out["cpu_decode_gbs"] = floor["decoded_bytes"] / 1e9 / floor["decode_seconds"]
+    encode = cli_bench("encode", url, "--device", "cuda")
+    if encode:
+        out["encode"] = encode
     sync = torch.cuda.synchronize
     out["host_read_s"], _ = best(lambda: chunkfuse.read(url), repeat)
     out["device_read_s"], dev = best(lambda: chunkfuse.read(url, device="cuda"), repeat)
@@ -340,6 +371,8 @@ def report(
             + ", ".join(f"{n}: {g:.1f} GB/s" for n, g in r["nvcomp_gbs_by_frames"].items())
             + "."
         )
+        if "encode" in r:
+            lines.append(encode_line(kind, r["encode"]))
     stage_rows = [
         (kind, name, st) for kind, r in results.items() for name, st in r.get("stages", {}).items()
     ] + [(kind, name, st) for kind, r in (big or {}).items() for name, st in r.items()]

@@ -99,9 +99,31 @@ def test_the_report_gives_each_stage_s_speed_ups_and_placement() -> None:
         "device_stats": stats,
         "nvcomp_gbs_by_frames": {1: 1.0},
         "stages": {"era5-sum": stage},
+        "encode": {
+            "chunks": 4,
+            "decoded_bytes": 2_000_000_000,
+            "level": 3,
+            "threads": 16,
+            "cpu_seconds": 0.5,
+            "cpu_compressed_bytes": 500_000_000,
+            "device": {
+                "device": "cuda: a GPU",
+                "upload_seconds": 0.2,
+                "encode_seconds": 0.25,
+                "compressed_bytes": 400_000_000,
+                "frames_verified": 4,
+                "frames_with_content_size": 4,
+            },
+        },
     }
     args = argparse.Namespace(time=4, lat=73, lon=144, repeat=1, batches=2, per_batch=32)
     text = gpu.report({"smooth": result}, "a machine", args)
     row = next(line for line in text.splitlines() if line.startswith("| smooth | era5-sum"))
     assert "| 0.300 s | 0.100 s | 3.00x | 0.500 s | 1.000 s | 0.50x |" in row, row
     assert "sum of y: gpu 0.090 s; write: cpu 0.010 s (a copy)" in row, row
+    encode = next(line for line in text.splitlines() if "zstd encode" in line)
+    assert "libzstd level 3 on 16 threads 4.0 GB/s (ratio 4.00)" in encode, encode
+    assert "nvCOMP 8.0 GB/s (ratio 5.00; 2.00x libzstd's rate; upload 0.200 s" in encode, encode
+    assert "4 of 4 frames decode back, 4 record their size." in encode, encode
+    failed = gpu.encode_line("noisy", {"error": "no nvCOMP"})
+    assert failed == "- noisy, zstd encode of every chunk: failed: no nvCOMP", failed

@@ -1,5 +1,5 @@
-"""The CLI contract: `info`, `rechunk` (arrays and groups), `bench decode`, `bench codec`, the
-`run --json` summary and its parameters."""
+"""The CLI contract: `info`, `rechunk` (arrays and groups), `bench decode`, `bench encode`,
+`bench codec`, the `run --json` summary and its parameters."""
 
 from __future__ import annotations
 
@@ -321,6 +321,30 @@ def test_bench_decode(cli: Cli, tmp_path: Path) -> None:
     assert {"seconds", "decoded_bytes"} <= set(out), out
     assert out["decoded_bytes"] == data.nbytes
     assert out["seconds"] >= 0
+
+
+def test_bench_encode(cli: Cli, tmp_path: Path) -> None:
+    """libzstd's encode of every chunk; nvCOMP's too where a GPU is, each frame checked, and
+    without one `--device cuda` says why."""
+    import chunkfuse
+
+    data = smooth((16, 32, 32))
+    src = tmp_path / "src.zarr"
+    write_v3(src, data, (4, 32, 32))
+    out = cli("bench", "encode", src, "--threads", "2", "--level", "5", "--json").json()
+    assert (out["chunks"], out["decoded_bytes"], out["level"]) == (4, data.nbytes, 5), out
+    assert 0 < out["cpu_compressed_bytes"] < data.nbytes and out["cpu_seconds"] >= 0, out
+    assert out["device"] is None, out
+    text = cli("bench", "encode", src).stdout
+    assert "libzstd level 3: encoded" in text and "ratio" in text, text
+    wrong = cli("bench", "encode", src, "--device", "tpu", expect_rc=2)
+    assert 'unknown device "tpu"' in wrong.stderr, wrong.stderr
+    if chunkfuse.device_info("auto").startswith("cuda"):
+        gpu = cli("bench", "encode", src, "--device", "cuda", "--json").json()["device"]
+        assert gpu["frames_verified"] == 4 and gpu["compressed_bytes"] > 0, gpu
+    else:
+        missing = cli("bench", "encode", src, "--device", "cuda", expect_rc=2)
+        assert "device 'cuda' is not available" in missing.stderr, missing.stderr
 
 
 def test_bench_codec(cli: Cli, tmp_path: Path) -> None:

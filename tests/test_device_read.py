@@ -223,3 +223,30 @@ def test_a_process_forked_after_the_gpu_opened_reads_on_the_cpu_and_says_why_not
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, values)
     assert "forked from process" in why and '"spawn"' in why, why
+
+
+@needs_gpu
+def test_nvcomp_encodes_chunks_into_frames_libzstd_decodes(
+    zstd_array: tuple[str, np.ndarray],
+) -> None:
+    """`chunkfuse bench encode --device cuda`: nvCOMP's frames of every chunk decode back to
+    the chunk's bytes (checked by libzstd in the engine)."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    binary = os.environ.get("CHUNKFUSE_BIN") or str(root / "target" / "release" / "chunkfuse")
+    if not os.path.exists(binary):
+        pytest.skip(f"no chunkfuse CLI at {binary} (set CHUNKFUSE_BIN)")
+    url, values = zstd_array
+    done = subprocess.run(
+        [binary, "bench", "encode", url, "--device", "cuda", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["decoded_bytes"] == values.nbytes and out["chunks"] == 3 * 4 * 3, out
+    device = out["device"]
+    assert device["frames_verified"] == out["chunks"], device
+    assert 0 < device["compressed_bytes"] and device["encode_seconds"] > 0, device

@@ -14,6 +14,10 @@ use chunkfuse_engine::zarr::Codec;
 use chunkfuse_engine::{Error, ErrorKind};
 use clap::{Args, Parser, Subcommand};
 
+#[path = "chunkfuse/bench.rs"]
+mod bench;
+use bench::{bench_command, BenchCommand};
+
 #[derive(Parser)]
 #[command(
     name = "chunkfuse",
@@ -138,51 +142,6 @@ enum Command {
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Time reading and decoding every chunk through the engine's IO threads and scheduler,
-    /// with no compute (the floor of a reduction such as plans/era5-sum.json).
-    Read {
-        /// The array.
-        source: String,
-        /// Threads (default: all cores).
-        #[arg(long, default_value_t = 0)]
-        threads: usize,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Time decoding every chunk of an array already read into memory.
-    Decode {
-        /// The array.
-        source: String,
-        /// Threads (default: all cores).
-        #[arg(long, default_value_t = 0)]
-        threads: usize,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Time decoding every chunk and encoding every chunk of a new chunking.
-    Codec {
-        /// The array.
-        source: String,
-        /// Target chunk shape, per axis or by dimension name (time=-1,latitude=10); -1: the
-        /// whole axis.
-        #[arg(long, required = true, allow_hyphen_values = true)]
-        chunks: String,
-        /// Target compressor.
-        #[arg(long, default_value = "zstd:3")]
-        codec: String,
-        /// Threads (default: all cores).
-        #[arg(long, default_value_t = 0)]
-        threads: usize,
-        /// JSON output.
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -419,66 +378,6 @@ fn info_command(store: &str, json: bool) -> Result<(), Error> {
         info.stored_chunks
     );
     println!("  compression  {:.2}x", info.compression_ratio);
-    Ok(())
-}
-
-fn bench_command(what: BenchCommand) -> Result<(), Error> {
-    let gbs = |bytes: u64, seconds: f64| bytes as f64 / 1e9 / seconds.max(1e-9);
-    match what {
-        BenchCommand::Read {
-            source,
-            threads,
-            json,
-        } => {
-            let f = run::read_floor(&source, threads, None)?;
-            if json {
-                return print_json(&f);
-            }
-            println!(
-                "read and decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
-                human_bytes(f.decoded_bytes),
-                f.seconds,
-                gbs(f.decoded_bytes, f.seconds),
-                f.threads
-            );
-        }
-        BenchCommand::Decode {
-            source,
-            threads,
-            json,
-        } => {
-            let f = run::codec_floor(&source, threads, None)?;
-            if json {
-                return print_json(&f);
-            }
-            println!(
-                "decoded {} in {:.3} s ({:.2} GB/s) on {} thread(s)",
-                human_bytes(f.decoded_bytes),
-                f.decode_seconds,
-                gbs(f.decoded_bytes, f.decode_seconds),
-                f.threads
-            );
-        }
-        BenchCommand::Codec {
-            source,
-            chunks,
-            codec,
-            threads,
-            json,
-        } => {
-            let codec = Codec::parse_cli(&codec).map_err(|e| e.with_field("--codec"))?;
-            let sizes = RechunkChunks::parse_cli(&chunks, "--chunks")?;
-            let chunks = run::array_chunks(&source, &sizes, "--chunks")?;
-            let f = run::codec_floor(&source, threads, Some((&chunks, &codec)))?;
-            if json {
-                return print_json(&f);
-            }
-            println!(
-                "decode {:.3} s + encode {:.3} s = {:.3} s on {} thread(s)",
-                f.decode_seconds, f.encode_seconds, f.seconds, f.threads
-            );
-        }
-    }
     Ok(())
 }
 

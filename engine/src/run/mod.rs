@@ -14,6 +14,7 @@ use crate::plan::graph::Graph;
 use crate::plan::Plan;
 
 mod batches;
+mod encode_floor;
 mod fit;
 mod floor;
 mod info;
@@ -29,6 +30,7 @@ pub use crate::exec::driver::{
 };
 pub use crate::exec::memory::{default_max_mem, peak_rss};
 pub use batches::{cut_batches, BatchCut};
+pub use encode_floor::{encode_floor, DeviceEncodeFloor, EncodeFloor};
 pub use floor::{codec_floor, read_floor, CodecFloor};
 pub use info::{group_info, info, GroupInfo, GroupMember, StoreInfo};
 pub use job::Job;

@@ -1,4 +1,4 @@
-//! nvCOMP's batched zstd decoder, loaded at run time as the driver and NVRTC are: from
+//! nvCOMP's batched zstd decoder (and encoder), loaded at run time as the driver and NVRTC are: from
 //! `CHUNKFUSE_NVCOMP` (the library, or a folder holding it; the Python package points it at
 //! the `nvidia-libnvcomp` wheel's), else by name from the system's library path. Without it,
 //! device reads decode on the CPU and upload the values.
@@ -29,6 +29,18 @@ const DEFAULT_OPTS: DecompressOpts = DecompressOpts {
     backend: 0,
     reserved: [0; 60],
 };
+
+/// `nvcompBatchedZstdCompressOpts_t`: reserved zeros (nvCOMP picks its own level).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CompressOpts {
+    reserved: [u8; 64],
+}
+
+const COMPRESS_OPTS: CompressOpts = CompressOpts { reserved: [0; 64] };
+
+/// The largest chunk nvCOMP's zstd encoder takes.
+pub const MAX_ENCODE_CHUNK: usize = 16 << 20;
 
 /// `nvcompProperties_t`.
 #[repr(C)]
@@ -68,11 +80,40 @@ type DecompressAsync = unsafe extern "C" fn(
     CUstream,
 ) -> i32;
 
+type GetCompressAlignments = unsafe extern "C" fn(CompressOpts, *mut Alignments) -> i32;
+type GetCompressTempSize =
+    unsafe extern "C" fn(usize, usize, CompressOpts, *mut usize, usize, CUstream) -> i32;
+type GetMaxCompressed = unsafe extern "C" fn(usize, CompressOpts, *mut usize) -> i32;
+type CompressAsync = unsafe extern "C" fn(
+    *const *const c_void,
+    *const usize,
+    usize,
+    usize,
+    *mut c_void,
+    usize,
+    *const *mut c_void,
+    *mut usize,
+    CompressOpts,
+    *mut i32,
+    CUstream,
+) -> i32;
+
+/// The encoder's entry points and the alignments it needs.
+pub struct Encoder {
+    temp_size: GetCompressTempSize,
+    max_compressed: GetMaxCompressed,
+    compress: CompressAsync,
+    /// Buffer alignments the encoder needs.
+    pub alignments: Alignments,
+}
+
 /// The loaded library and the entry points the decoder calls.
 pub struct Nvcomp {
     _lib: libloading::Library,
     temp_size: GetTempSize,
     decompress: DecompressAsync,
+    /// The batched zstd encoder, or why the library has none.
+    pub encoder: std::result::Result<Encoder, String>,
     /// Buffer alignments the decoder needs.
     pub alignments: Alignments,
     /// `major.minor.patch`, for reports.
@@ -188,10 +229,32 @@ fn bind(lib: libloading::Library, path: &std::path::Path) -> std::result::Result
     Ok(Nvcomp {
         temp_size: symbol(&lib, "nvcompBatchedZstdDecompressGetTempSize")?,
         decompress: symbol(&lib, "nvcompBatchedZstdDecompressAsync")?,
+        encoder: bind_encoder(&lib),
         _lib: lib,
         alignments,
         version,
         path: path.display().to_string(),
+    })
+}
+
+/// The encoder's entry points in `lib` (kept loaded by the `Nvcomp` they go into).
+fn bind_encoder(lib: &libloading::Library) -> std::result::Result<Encoder, String> {
+    let alignments_of: GetCompressAlignments =
+        symbol(lib, "nvcompBatchedZstdCompressGetRequiredAlignments")?;
+    let mut alignments = Alignments::default();
+    // SAFETY: the options by value and an out-struct.
+    let status = unsafe { alignments_of(COMPRESS_OPTS, &mut alignments) };
+    if status != 0 {
+        return Err(format!(
+            "nvCOMP encoder alignments: {}",
+            status_name(status)
+        ));
+    }
+    Ok(Encoder {
+        temp_size: symbol(lib, "nvcompBatchedZstdCompressGetTempSize")?,
+        max_compressed: symbol(lib, "nvcompBatchedZstdCompressGetMaxOutputChunkSize")?,
+        compress: symbol(lib, "nvcompBatchedZstdCompressAsync")?,
+        alignments,
     })
 }
 
@@ -281,6 +344,86 @@ impl Nvcomp {
         match status {
             0 => Ok(()),
             s => Err(format!("nvCOMP decode: {}", status_name(s))),
+        }
+    }
+}
+
+/// The device addresses and sizes of one batch to encode, as nvCOMP takes them.
+pub struct EncodeCall {
+    /// Device array of the chunks' addresses.
+    pub inputs: u64,
+    /// Device array of their sizes.
+    pub input_bytes: u64,
+    /// The largest chunk's size.
+    pub largest: usize,
+    /// Device array of the frames' buffers (each of `max_compressed(largest)` bytes).
+    pub outputs: u64,
+    /// Device array the frames' sizes are written to.
+    pub output_bytes: u64,
+    /// Device array of one status per chunk.
+    pub statuses: u64,
+    /// Chunks in the batch.
+    pub count: usize,
+    /// Temporary device memory and its size.
+    pub temp: (u64, usize),
+}
+
+impl Encoder {
+    /// The bytes a frame of a chunk of at most `largest` bytes may take.
+    pub fn max_compressed(&self, largest: usize) -> Result<usize, String> {
+        let mut bytes = 0usize;
+        // SAFETY: a plain value and an out-value.
+        let status = unsafe { (self.max_compressed)(largest, COMPRESS_OPTS, &mut bytes) };
+        match status {
+            0 => Ok(bytes),
+            s => Err(format!("nvCOMP frame size: {}", status_name(s))),
+        }
+    }
+
+    /// Temporary device memory encoding `count` chunks of at most `largest` bytes each,
+    /// `total` in all, needs.
+    pub fn temp_bytes(&self, count: usize, largest: usize, total: usize) -> Result<usize, String> {
+        let mut bytes = 0usize;
+        // SAFETY: plain values and an out-value; no stream is used to size.
+        let status = unsafe {
+            (self.temp_size)(
+                count,
+                largest,
+                COMPRESS_OPTS,
+                &mut bytes,
+                total,
+                std::ptr::null_mut(),
+            )
+        };
+        match status {
+            0 => Ok(bytes),
+            s => Err(format!("nvCOMP encoder temp size: {}", status_name(s))),
+        }
+    }
+
+    /// Queues the encoding of a batch on `stream`.
+    ///
+    /// # Safety
+    /// Every address in `call` is a device allocation of the size nvCOMP expects for
+    /// `call.count` chunks, aligned as [`Encoder::alignments`] says, alive until the stream
+    /// has run the encode.
+    pub unsafe fn encode_async(&self, call: &EncodeCall, stream: CUstream) -> Result<(), String> {
+        let status = (self.compress)(
+            call.inputs as *const *const c_void,
+            call.input_bytes as *const usize,
+            call.largest,
+            call.count,
+            call.temp.0 as *mut c_void,
+            call.temp.1,
+            call.outputs as *const *mut c_void,
+            call.output_bytes as *mut usize,
+            COMPRESS_OPTS,
+            call.statuses as *mut i32,
+            stream,
+        );
+        match status {
+            0 => Ok(()),
+            s => Err(format!("nvCOMP encode: {}", status_name(s))),
         }
     }
 }
