@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chunkfuse.loader.stores import SourceError, open_layout
-from chunkfuse.reading import ArrayReader, ChunkCache
+from chunkfuse.reading import ArrayReader, ChunkCache, _device_read
 
 __all__ = ["METHODS", "Source", "SourceError", "Window"]
 
@@ -172,6 +172,21 @@ class Source:
             )
             if not decoding.identity:
                 decoding.apply(raw, out[v], threads)
+
+    def read_device(self, starts: npt.NDArray[np.int64], threads: int) -> dict[str, Any]:
+        """Each variable's windows at `starts` (an (n, ndim) array) read onto the GPU (zstd
+        chunks decoded there by nvCOMP) as torch CUDA tensors of `(n, *shape)`, CF-decoded
+        there."""
+        import torch
+
+        rows = starts.tolist()
+        out = {}
+        for v, reader in self._readers.items():
+            raw = torch.from_dlpack(
+                _device_read(reader, rows, list(self.shape), [len(rows), *self.shape], threads)
+            )
+            out[v] = self._decode[v].apply_torch(raw, self.dtypes[v])
+        return out
 
 
 def _opened_store(name: str, opened: Any, variables: Sequence[str] | None) -> tuple[str, list[str]]:

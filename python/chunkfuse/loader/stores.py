@@ -56,6 +56,24 @@ class Decoding:
             threads,
         )
 
+    def apply_torch(self, raw: Any, dtype: np.dtype[Any]) -> Any:
+        """Decodes `raw` (a torch tensor of stored values, on whatever device it lies) into a
+        new tensor of `dtype` on that device, computing as `apply` does: the stored value
+        converted to `dtype`, times the scale, plus the offset, NaN where it is the fill."""
+        import torch
+
+        if self.identity:
+            return raw
+        kind = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
+        x = raw.to(kind)
+        if self.scale is not None:
+            x = x * torch.tensor(float(self.scale), dtype=kind, device=raw.device)
+        if self.offset is not None:
+            x = x + torch.tensor(float(self.offset), dtype=kind, device=raw.device)
+        if self.fill is not None:
+            x[raw.to(torch.float64) == float(self.fill)] = float("nan")
+        return x
+
 
 #: Stored values read as they are: a bare array's, or a group variable without CF attributes.
 AS_STORED = Decoding(None, None, None)

@@ -21,7 +21,8 @@ Sample = dict[str, Any]
 
 
 def to_torch(batch: Batch) -> Sample:
-    """The batch's arrays as tensors sharing their memory (times as int64 nanoseconds)."""
+    """The batch's arrays as tensors sharing their memory (times as int64 nanoseconds); a
+    device loader's are torch CUDA tensors already."""
     anchors = {}
     for dim, labels in batch.anchors.items():
         if np.issubdtype(labels.dtype, np.datetime64):
@@ -29,7 +30,10 @@ def to_torch(batch: Batch) -> Sample:
         anchors[dim] = torch.from_numpy(np.ascontiguousarray(labels))
     return {
         "data": {
-            name: {v: torch.from_numpy(a) for v, a in arrays.items()}
+            name: {
+                v: a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
+                for v, a in arrays.items()
+            }
             for name, arrays in batch.data.items()
         },
         "anchors": anchors,

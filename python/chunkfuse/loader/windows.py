@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 import chunkfuse._engine as _engine
+from chunkfuse.loader.device import on_gpu
 from chunkfuse.loader.order import ONE_PROCESS, UNIFORM, Batches, EpochOrder, Shuffle, Split
 from chunkfuse.loader.sources import Source, SourceError
 from chunkfuse.reading import ChunkCache
@@ -62,10 +63,11 @@ def _pinned() -> Allocate:
 
 @dataclass
 class Batch:
-    """One batch: per source, per variable, an array of the batch's windows (`(n, *window)`);
-    per anchor dimension, each example's anchor label; and where it stands."""
+    """One batch: per source, per variable, an array of the batch's windows (`(n, *window)`:
+    a numpy array, or a torch CUDA tensor from a loader with `device="cuda"`); per anchor
+    dimension, each example's anchor label; and where it stands."""
 
-    data: dict[str, dict[str, npt.NDArray[Any]]]
+    data: dict[str, dict[str, Any]]
     anchors: dict[str, npt.NDArray[Any]]
     epoch: int
     step: int
@@ -366,6 +368,16 @@ class WindowLoader:
     buffer pool, handed back when the batch is dropped);
     `pin_memory=True` makes them in page-locked memory through PyTorch, for fast copies to
     a GPU (it needs CUDA).
+
+    `device="cuda"` reads batches onto the GPU instead: each source's windows of `group`
+    consecutive batches in one device read (zstd chunks decoded there by nvCOMP, whose call
+    costs about as much for many chunks as for one; packed variables CF-decoded there), split
+    into each batch's torch CUDA tensors (views of that read), the batches and their order
+    the same as on the host. It fails before anything is read, naming why, without a usable
+    GPU or PyTorch with CUDA; `device="auto"` reads onto the GPU when both are there. Device
+    batches skip the chunk cache, `allocate` and `pin_memory`; use them in the training
+    process (`num_workers=0`: the loader's own threads read ahead, `prefetch` batches
+    rounded up to whole groups).
     """
 
     def __init__(
@@ -386,6 +398,8 @@ class WindowLoader:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         allocate: Allocate | None = None,
         pin_memory: bool = False,
+        device: str = "cpu",
+        group: int = 5,
     ) -> None:
         if not sources:
             raise SourceError("no sources given")
@@ -396,6 +410,16 @@ class WindowLoader:
             raise ValueError(f"prefetch must be at least 0, got {prefetch}")
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be at least 0, got {cache_bytes}")
+        if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+            raise ValueError(f"group must be an int of at least 1, got {group!r}")
+        #: Whether batches are read onto the GPU (torch CUDA tensors).
+        self.on_gpu = on_gpu(device)
+        if self.on_gpu and (pin_memory or allocate is not None):
+            raise ValueError(
+                "pin_memory= and allocate= make host batches; a loader with device='cuda' "
+                "reads onto the GPU"
+            )
+        self.group = group
         self.sources = list(sources)
         self.anchors = Anchors(self.sources, dims, stride or {}, where, keep, jitter)
         self.order = EpochOrder(self.anchors.count, seed, shuffle)
@@ -416,21 +440,57 @@ class WindowLoader:
         """The batches this worker yields in a whole epoch."""
         return len(self.batches.steps())
 
-    def batch(self, epoch: int, step: int) -> Batch:
-        """The rank's batch `step` of epoch `epoch`, read now."""
+    def _locate(
+        self, epoch: int, step: int
+    ) -> tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]], list[npt.NDArray[np.int64]]]:
+        """Batch `step` of `epoch`: its anchor ids, their labels, and each source's window
+        starts (an (n, ndim) array)."""
         ids = self.batches.anchors(epoch, step)
         labels, index = self.anchors.locate(ids, epoch, self.seed)
-        data: dict[str, dict[str, npt.NDArray[Any]]] = {}
+        corners = []
         for i, s in enumerate(self.sources):
             starts = np.zeros((ids.shape[0], len(s.dims)), dtype=np.int64)
             for axis, d in enumerate(s.dims):
                 if d in index[i]:
                     idx = index[i][d]
                     starts[:, axis] = s.starts(d, idx) if d in s.windows else 0
+            corners.append(starts)
+        return ids, labels, corners
+
+    def batch(self, epoch: int, step: int) -> Batch:
+        """The rank's batch `step` of epoch `epoch`, read now."""
+        if self.on_gpu:
+            return self._device_batches(epoch, [step])[0]
+        ids, labels, corners = self._locate(epoch, step)
+        data: dict[str, dict[str, Any]] = {}
+        for s, starts in zip(self.sources, corners, strict=True):
             out = {v: self._allocate((ids.shape[0], *s.shape), s.dtypes[v]) for v in s.variables}
             s.read(starts, out, self.threads, self.cache)
             data[s.name] = out
         return Batch(data, labels, epoch, step, ids)
+
+    def _device_batches(self, epoch: int, steps: Sequence[int]) -> list[Batch]:
+        """Batches `steps` of `epoch` read onto the GPU: each source's windows of all of them
+        in one device read, split into each batch's views."""
+        located = [self._locate(epoch, step) for step in steps]
+        bounds = np.cumsum([0, *(ids.shape[0] for ids, _, _ in located)])
+        reads = [
+            s.read_device(np.concatenate([c[k] for _, _, c in located]), self.threads)
+            for k, s in enumerate(self.sources)
+        ]
+        return [
+            Batch(
+                {
+                    s.name: {v: t[bounds[j] : bounds[j + 1]] for v, t in read.items()}
+                    for s, read in zip(self.sources, reads, strict=True)
+                },
+                labels,
+                epoch,
+                step,
+                ids,
+            )
+            for j, (step, (ids, labels, _)) in enumerate(zip(steps, located, strict=True))
+        ]
 
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         out = self.allocate(shape, dtype)
@@ -453,6 +513,9 @@ class WindowLoader:
         if start >= self.batches.per_rank():
             epoch, start = epoch + 1, 0
         steps = self.batches.steps(start)
+        if self.on_gpu:
+            yield from self._device_iter(epoch, steps)
+            return
         threads = max(1, self.prefetch)
         with ThreadPoolExecutor(threads, thread_name_prefix="chunkfuse-loader") as pool:
             ahead: deque[Future[Batch]] = deque()
@@ -468,11 +531,35 @@ class WindowLoader:
                     f.cancel()
         self._advance(epoch + 1, 0)
 
-    def _deliver(self, future: Future[Batch]) -> Batch:
-        b = future.result()
+    def _device_iter(self, epoch: int, steps: Sequence[int]) -> Iterator[Batch]:
+        """The batches `steps` of `epoch` read onto the GPU `group` at a time, whole groups
+        read ahead on a background thread to cover `prefetch` batches."""
+        # Lazily: an epoch may have billions of batches.
+        groups = (steps[i : i + self.group] for i in range(0, len(steps), self.group))
+        ahead_groups = -(-self.prefetch // self.group)
+        with ThreadPoolExecutor(1, thread_name_prefix="chunkfuse-loader") as pool:
+            ahead: deque[Future[list[Batch]]] = deque()
+            try:
+                for g in groups:
+                    ahead.append(pool.submit(self._device_batches, epoch, g))
+                    if len(ahead) > ahead_groups:
+                        for b in ahead.popleft().result():
+                            yield self._delivered(b)
+                while ahead:
+                    for b in ahead.popleft().result():
+                        yield self._delivered(b)
+            finally:
+                for f in ahead:
+                    f.cancel()
+        self._advance(epoch + 1, 0)
+
+    def _delivered(self, b: Batch) -> Batch:
         # Where the stream of every worker's batches resumes after this one.
         self._advance(b.epoch, b.step + 1)
         return b
+
+    def _deliver(self, future: Future[Batch]) -> Batch:
+        return self._delivered(future.result())
 
     def _advance(self, epoch: int, step: int) -> None:
         with self._lock:
