@@ -20,6 +20,8 @@ best of `--repeat`, data in the page cache:
   `read_windows` to host memory plus `.cuda()` the same two ways (the grouped speed-up is
   against the faster of those);
 - nvCOMP's rate by the frames one call decodes;
+- the window loader: `--batches` batches from `WindowLoader` on the host plus `.cuda()`
+  against `WindowLoader(device="cuda")` (when xarray and zarr-python are installed);
 - the zstd encode floor: `chunkfuse bench encode --device cuda` (every chunk encoded by
   libzstd level 3 on all cores, and by nvCOMP on the GPU, its frames decoded back);
 - whole stages, `plans/era5-sum.json` (sum over time of `(x + 1) * 2`) and
@@ -144,6 +146,19 @@ def cli_bench(what: str, url: str, *extra: str) -> dict[str, Any] | None:
     return json.loads(done.stdout)
 
 
+def loader_line(kind: str, m: dict[str, Any]) -> str:
+    """The report's line on the window loader's batches, host + `.cuda()` against
+    `device="cuda"`."""
+    if "skipped" in m:
+        return f"- {kind}, window loader: not measured: {m['skipped']}"
+    n = m["batches"]
+    return (
+        f"- {kind}, window loader, {n} batches: host + .cuda() {n / m['host_s']:.1f} batches/s, "
+        f'device="cuda" ({GROUP} per read) {n / m["device_s"]:.1f} batches/s, '
+        f"{m['host_s'] / m['device_s']:.2f}x; batches equal."
+    )
+
+
 def encode_line(kind: str, e: dict[str, Any]) -> str:
     """The report's line on `bench encode --device cuda` of one array."""
     if "error" in e:
@@ -246,6 +261,40 @@ def measure(
     out["batches_grouped_s"], _ = best(gpu_batches_grouped, repeat)
     out["batch_samples"] = batches * per_batch
     return out
+
+
+def measure_loader(
+    url: str, repeat: int, batches: int, window: tuple[int, ...], per_batch: int
+) -> dict[str, Any]:
+    """`batches` batches of the window loader over the array: on the host, each variable's
+    tensor copied with `.cuda()`, against `device="cuda"` (GROUP batches per device read);
+    batches compared. Needs xarray and zarr-python (`{"skipped": why}` without them)."""
+    try:
+        from chunkfuse.loader import Source, WindowLoader
+    except ImportError as e:
+        return {"skipped": f"the loader needs xarray and zarr-python ({e})"}
+    import torch
+
+    dims = ["dim_0", "dim_1", "dim_2"]
+
+    def loader(**kw: Any) -> Any:
+        source = Source("x", url, None, dict(zip(dims, window, strict=True)))
+        return WindowLoader([source], dims, per_batch, seed=1, prefetch=GROUP, **kw)
+
+    def run(device: str) -> list[Any]:
+        made = loader(device=device, group=GROUP) if device == "cuda" else loader()
+        got = []
+        for b, _ in zip(made, range(batches), strict=False):
+            t = next(iter(b.data["x"].values()))
+            got.append(t if device == "cuda" else torch.from_numpy(t).cuda())
+        torch.cuda.synchronize()
+        return got
+
+    host_s, host = best(lambda: run("cpu"), repeat)
+    device_s, dev = best(lambda: run("cuda"), repeat)
+    for h, d in zip(host, dev, strict=True):
+        assert torch.equal(h, d), "device batches differ from the host loader's"
+    return {"host_s": host_s, "device_s": device_s, "batches": len(host)}
 
 
 def cli_run(plan: Path, params: dict[str, str], device: str, repeat: int) -> float | None:
@@ -373,6 +422,8 @@ def report(
         )
         if "encode" in r:
             lines.append(encode_line(kind, r["encode"]))
+        if "loader" in r:
+            lines.append(loader_line(kind, r["loader"]))
     stage_rows = [
         (kind, name, st) for kind, r in results.items() for name, st in r.get("stages", {}).items()
     ] + [(kind, name, st) for kind, r in (big or {}).items() for name, st in r.items()]
@@ -443,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
             url = make(Path(tmp), shape, kind)
             results[kind] = measure(url, shape, args.repeat, args.batches, window, args.per_batch)
             results[kind]["stages"] = measure_stages(url, Path(tmp), args.repeat)
+            results[kind]["loader"] = measure_loader(
+                url, args.repeat, args.batches, window, args.per_batch
+            )
             if kind == "smooth":
                 opening = measure_opening(url, Path(tmp))
                 print("opening", json.dumps(opening), flush=True)

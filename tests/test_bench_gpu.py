@@ -127,3 +127,10 @@ def test_the_report_gives_each_stage_s_speed_ups_and_placement() -> None:
     assert "4 of 4 frames decode back, 4 record their size." in encode, encode
     failed = gpu.encode_line("noisy", {"error": "no nvCOMP"})
     assert failed == "- noisy, zstd encode of every chunk: failed: no nvCOMP", failed
+
+
+def test_the_loader_line_gives_rates_and_the_speed_up() -> None:
+    line = gpu.loader_line("smooth", {"host_s": 2.0, "device_s": 0.5, "batches": 10})
+    assert "host + .cuda() 5.0 batches/s" in line and "20.0 batches/s, 4.00x" in line, line
+    skipped = gpu.loader_line("noisy", {"skipped": "no xarray"})
+    assert skipped == "- noisy, window loader: not measured: no xarray", skipped
