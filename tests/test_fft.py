@@ -348,6 +348,29 @@ def test_cubed_fft_runs_natively_and_matches_numpy(
     assert_fft_close(np.asarray(got), np.asarray(theirs))
 
 
+def test_rfft_lanes_keep_their_own_nans_and_precision(spec: cubed.Spec) -> None:
+    """Real transforms pack two lanes into one complex transform; lanes that must not mix (a
+    NaN or an infinity, magnitudes far apart) are transformed apart, so each lane's spectrum
+    is its own, as numpy's: NaN only where numpy has NaN, and a small lane beside a large one
+    as precise as numpy's float32."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((16, 3, 4)).astype(np.float32)
+    a[1, 0, 0] = np.nan
+    a[2, 2, 1] = np.inf
+    a[:, 1, 2] *= 1e6
+    x = cubed.from_array(a, chunks=(16, 3, 4), spec=spec)
+    got = np.asarray(cf.rfft(x, axis=0).compute(executor=RustExecutor()))
+    want = np.fft.rfft(a.astype(np.float64), axis=0)
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    for i in range(3):
+        for j in range(4):
+            lane, ref = got[:, i, j], want[:, i, j]
+            if not np.isfinite(ref).all():
+                continue
+            size = np.abs(a[:, i, j].astype(np.float64)).max() * 16
+            np.testing.assert_allclose(lane, ref, rtol=0, atol=1e-6 * size, err_msg=f"{i, j}")
+
+
 def test_cubed_fft_of_double_and_integer_arrays(spec: cubed.Spec) -> None:
     for dtype in ("float64", "int32", "complex128"):
         a = sample(np.random.default_rng(2), (9, 10), dtype)

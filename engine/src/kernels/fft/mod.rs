@@ -13,6 +13,7 @@ use crate::array::{Buffer, DType};
 use crate::error::{Error, Result};
 use crate::plan::fft_params::{FftNorm, FftStep, FftStepKind};
 
+mod apart;
 mod block;
 mod groups;
 mod irdft;

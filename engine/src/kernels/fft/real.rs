@@ -7,6 +7,7 @@
 use num_complex::Complex;
 use rayon::prelude::*;
 
+use super::apart;
 use super::block::Block;
 use super::groups::for_each_group;
 use super::irdft;
@@ -129,7 +130,8 @@ fn r2c_of_box<T: Precision>(
 
 /// Real forward transform of every lane, two real lanes packed into one complex transform
 /// (`z = x + i y`; `X[k] = (Z[k] + conj Z[n-k]) / 2`, `Y[k] = (Z[k] - conj Z[n-k]) / 2i`):
-/// half the work of transforming each real lane as a complex one.
+/// half the work of transforming each real lane as a complex one. Pairs that must not mix
+/// (see [`apart`]) are transformed lane by lane.
 pub(super) fn r2c<T: Precision>(
     input: &[T],
     lanes: &Lanes,
@@ -212,6 +214,33 @@ pub(super) fn r2c_packed<T: Precision>(
                         // position kb + kk: in bounds, and only this task writes those lanes.
                         unsafe { shared.write_row(row, &t[..lanes_b]) };
                     }
+                }
+            }
+            // Pairs whose lanes must not mix (a NaN or infinity, magnitudes far apart) are
+            // transformed again lane by lane, over their packed results.
+            for b in 0..groups {
+                let g = group(b);
+                for j in apart::lanes_apart(input, g) {
+                    let to = apart::LaneOut {
+                        o,
+                        lane: i0 + b * GROUP + j,
+                        inner,
+                        out_len,
+                    };
+                    // SAFETY: lane i0 + b * GROUP + j of outer index o is this task's, in
+                    // bounds as the packed writes above.
+                    unsafe {
+                        apart::transform_alone(
+                            input,
+                            g,
+                            j,
+                            &*fft,
+                            (&mut *work, &mut *scratch),
+                            scale,
+                            shared,
+                            to,
+                        )
+                    };
                 }
             }
         },

@@ -64,7 +64,7 @@ pub fn device_reduce(stage: &Stage, out_dtype: DType) -> Result<DeviceReduce<'_>
         return Err("not a reduction".into());
     };
     let rank = input.shape.len();
-    if func.is_arg() && axes.len() > 1 && axes.len() < rank {
+    if func.is_arg() && axes.len() != 1 && axes.len() != rank {
         return Err(format!(
             "{} over {} of {rank} axes runs on the CPU (the device takes one axis or all)",
             func.name(),
@@ -176,6 +176,15 @@ mod tests {
             why(&some).contains("argmax over 2 of 3 axes runs on the CPU"),
             "{}",
             why(&some)
+        );
+        let mut none = sum_of(material(), ReduceFunc::Argmin);
+        if let Stage::Reduce { axes, .. } = &mut none {
+            axes.clear();
+        }
+        assert!(
+            why(&none).contains("argmin over 0 of 2 axes"),
+            "{}",
+            why(&none)
         );
     }
 }
