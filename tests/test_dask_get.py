@@ -400,6 +400,25 @@ def test_reductions_run_in_the_engine_as_dask_computes_them(
                     )
 
 
+def test_a_nan_arg_reduction_of_a_slice_ignores_all_nan_lanes_outside_it(
+    reduction_sources: dict[str, da.Array],
+) -> None:
+    """The lane (.., 2, 3) is all NaN: a NaN-skipping arg-reduction of a slice that leaves it
+    out gives Dask's indices (the engine reduces the slice, not the whole array and then the
+    slice, which would fail on that lane)."""
+    x = reduction_sources["float32"]
+    for name in ("nanargmax", "nanargmin"):
+        for sel in (np.s_[:, :2], np.s_[:, 3:], np.s_[:, 2, :3], np.s_[1:8, 1:5, 4]):
+            expr = REDUCTIONS[name](x[sel], 0, False)
+            want = expr.compute(scheduler="sync")
+            got = expr.compute(scheduler=get)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} of {sel}")
+            stats = last_stats()
+            assert stats is not None and stats.python_tasks == 0, (name, sel, stats)
+        with pytest.raises(ValueError, match="invalid value: nanarg"):
+            REDUCTIONS[name](x[:, 1:4], 0, False).compute(scheduler=get)
+
+
 SELECTIONS = {
     "time-step": np.s_[5],
     "from-the-end": np.s_[-1],

@@ -120,6 +120,10 @@ def _depth(v: Any) -> int:
     return depth
 
 
+#: Reductions that fail on a lane of their input (numpy's "all-NaN slice encountered").
+LANE_FAILING = frozenset({"nanargmin", "nanargmax"})
+
+
 class ReductionSteps(Steps):
     """The Interpreter's reading of Dask's reduction steps, each into a `Red`, and a `Red`'s
     values as IR (`reduced`)."""
@@ -132,10 +136,16 @@ class ReductionSteps(Steps):
             raise NotNative("a reduction step's state")
         if r.origin is not None:
             raise NotNative("an arg reduction whose indices count from elsewhere")
-        if not r.complete():
+        # Kept axes are sliced after reducing the whole base (one reduction serves every
+        # slice of it), except for reductions that fail on a lane (a NaN-skipping arg
+        # reduction's all-NaN lane): a lane outside the slice must not fail it.
+        sliced = [
+            (a, b) != (0, n) and (d in r.axes or r.kind in LANE_FAILING)
+            for d, ((a, b), n) in enumerate(zip(r.region, r.base.shape, strict=True))
+        ]
+        if any(sliced):
             part = [
-                [a, b, 1] if d in r.axes and (a, b) != (0, n) else None
-                for d, ((a, b), n) in enumerate(zip(r.region, r.base.shape, strict=True))
+                [a, b, 1] if cut else None for (a, b), cut in zip(r.region, sliced, strict=True)
             ]
             key = ("slice", r.base.root, repr(part))
             if key not in self._memo:
@@ -144,7 +154,7 @@ class ReductionSteps(Steps):
                 )
                 self._memo[key] = self.b.slice(r.base, part, shape)
             region = tuple(
-                (0, b - a) if d in r.axes else (a, b) for d, (a, b) in enumerate(r.region)
+                (0, b - a) if cut else (a, b) for (a, b), cut in zip(r.region, sliced, strict=True)
             )
             r = replace(r, base=self._memo[key], region=region)
         p = r.partial()
