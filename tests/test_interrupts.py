@@ -241,7 +241,9 @@ import os, sys, time
 import cubed, cubed.array_api as xp
 from chunkfuse import RustExecutor
 
-spec = cubed.Spec(work_dir=sys.argv[1], allowed_mem="500MB", executor=RustExecutor())
+spec = cubed.Spec(
+    work_dir=sys.argv[1], allowed_mem="500MB", executor=RustExecutor(max_workers=2)
+)
 
 def slow(block):
     os.write(1, b"computing\\n")  # one write: lines of two threads stay apart
@@ -249,7 +251,7 @@ def slow(block):
     os.write(1, b"computed\\n")
     return block + 1
 
-x = xp.ones((4, 4), chunks=(2, 2), spec=spec)
+x = xp.ones((8, 8), chunks=(2, 2), spec=spec)
 try:
     cubed.map_blocks(slow, x, dtype=x.dtype).compute()
 except KeyboardInterrupt:
@@ -331,7 +333,8 @@ def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly(tmp_path:
     """The engine call returned on Ctrl-C after its half second of grace for writes while a
     user function still ran on a compute thread; when the function returned, the
     interpreter (finalizing on the KeyboardInterrupt) aborted with "PyGILState_Release:
-    thread state must be current". The call now returns once no chunk computes."""
+    thread state must be current". The call now returns once no chunk computes; and no
+    chunk's function starts after Ctrl-C (each task already read used to run it in turn)."""
     # Unbuffered bytes: a buffered readline could take the second thread's "computing" into
     # a buffer that communicate() (reading the pipe itself) never sees.
     proc = subprocess.Popen(
@@ -352,10 +355,12 @@ def test_ctrl_c_while_a_python_function_computes_a_chunk_exits_cleanly(tmp_path:
             proc.wait()
     out, err = out_bytes.decode(), err_bytes.decode(errors="replace")
     lines = ["computing", *out.split()]
-    # Every chunk function that started had returned before the call raised.
+    # Every chunk function that started had returned before the call raised, and none of
+    # the 16 started after Ctrl-C (two workers: the two running when it came).
     assert "interrupted" in lines, (lines, err)
     before = lines[: lines.index("interrupted")]
     assert before.count("computing") == before.count("computed"), lines
+    assert before.count("computing") <= 2, lines
     assert "Fatal Python error" not in err, err
     assert proc.returncode in (1, -signal.SIGINT), (proc.returncode, err)
     assert "KeyboardInterrupt" in err, err

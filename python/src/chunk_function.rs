@@ -26,6 +26,11 @@ struct PyChunkFunction {
 
 impl ChunkFunction for PyChunkFunction {
     fn call(&self, task: usize, inputs: Vec<Buffer>) -> chunkfuse_engine::Result<Buffer> {
+        // Once the run is cancelled (Ctrl-C, or another chunk's function raised) no chunk's
+        // function starts: the tasks already read would otherwise each run it in turn.
+        if self.cancel.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::cancelled());
+        }
         let result = Python::attach(|py| -> PyResult<Vec<u8>> {
             let arrays = inputs
                 .iter()
