@@ -369,15 +369,10 @@ class WindowLoader:
     `pin_memory=True` makes them in page-locked memory through PyTorch, for fast copies to
     a GPU (it needs CUDA).
 
-    `device="cuda"` reads batches onto the GPU instead: each source's windows of `group`
-    consecutive batches in one device read (zstd chunks decoded there by nvCOMP, whose call
-    costs about as much for many chunks as for one; packed variables CF-decoded there), split
-    into each batch's torch CUDA tensors (views of that read), the batches and their order
-    the same as on the host. It fails before anything is read, naming why, without a usable
-    GPU or PyTorch with CUDA; `device="auto"` reads onto the GPU when both are there. Device
-    batches skip the chunk cache, `allocate` and `pin_memory`; use them in the training
-    process (`num_workers=0`: the loader's own threads read ahead, `prefetch` batches
-    rounded up to whole groups).
+    `device="cuda"` reads `group` batches at a time onto the GPU (one device read per
+    source, nvCOMP decoding zstd there) into torch CUDA tensors, the host loader's batches
+    in its order; without a usable GPU or PyTorch with CUDA it fails when made, and
+    `device="auto"` then reads on the host (docs/loader.md).
     """
 
     def __init__(
