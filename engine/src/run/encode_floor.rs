@@ -10,8 +10,6 @@ use serde::Serialize;
 
 use crate::array::Buffer;
 use crate::error::{Error, Result};
-use crate::store::open_store;
-use crate::zarr::ZarrArray;
 
 /// Encode timings of one array's chunks.
 #[derive(Debug, Clone, Serialize)]
@@ -52,15 +50,7 @@ pub struct DeviceEncodeFloor {
 
 /// Every chunk (inner chunk, for a sharded array) of `url` read and decoded.
 fn decoded_chunks(url: &str, pool: &rayon::ThreadPool) -> Result<Vec<Buffer>> {
-    let store = open_store(url, 8)?;
-    let arr = ZarrArray::open(store.clone())?.with_inner_reads();
-    let indices = arr.read_grid().chunk_indices();
-    let encoded = store.get_many(
-        indices
-            .iter()
-            .map(|i| arr.read_request(i))
-            .collect::<Result<Vec<_>>>()?,
-    )?;
+    let (arr, indices, encoded) = super::floor::stored_chunks(url)?;
     pool.install(|| {
         encoded
             .into_par_iter()

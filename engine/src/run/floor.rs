@@ -38,16 +38,13 @@ fn pool(threads: usize) -> Result<rayon::ThreadPool> {
         .map_err(|e| Error::internal(e.to_string()))
 }
 
-/// Reads every chunk of `url` into memory (untimed), then times decoding all of them on
-/// `threads` threads; with `target_chunks`, also times encoding the array as those chunks
-/// with `codec` (the rechunk codec floor). No IO is timed.
-pub fn codec_floor(
-    url: &str,
-    threads: usize,
-    target: Option<(&[u64], &Codec)>,
-) -> Result<CodecFloor> {
+/// An array, its chunks' indices and their stored bytes (`None`: not stored).
+pub(super) type StoredChunks = (ZarrArray, Vec<Vec<u64>>, Vec<Option<crate::store::Value>>);
+
+/// Every chunk of `url` (inner chunk, for a sharded array, as runs read them) read into
+/// memory as stored.
+pub(super) fn stored_chunks(url: &str) -> Result<StoredChunks> {
     let store = open_store(url, 8)?;
-    // Chunks, or the inner chunks of a sharded array, as runs read them.
     let arr = ZarrArray::open(store.clone())?.with_inner_reads();
     let indices = arr.read_grid().chunk_indices();
     let encoded = store.get_many(
@@ -56,6 +53,18 @@ pub fn codec_floor(
             .map(|i| arr.read_request(i))
             .collect::<Result<Vec<_>>>()?,
     )?;
+    Ok((arr, indices, encoded))
+}
+
+/// Reads every chunk of `url` into memory (untimed), then times decoding all of them on
+/// `threads` threads; with `target_chunks`, also times encoding the array as those chunks
+/// with `codec` (the rechunk codec floor). No IO is timed.
+pub fn codec_floor(
+    url: &str,
+    threads: usize,
+    target: Option<(&[u64], &Codec)>,
+) -> Result<CodecFloor> {
+    let (arr, indices, encoded) = stored_chunks(url)?;
     let pool = pool(threads)?;
     let shape = arr.shape();
     let whole = Region::whole(&shape);

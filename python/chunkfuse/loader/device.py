@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import chunkfuse._engine as _engine
+from chunkfuse.reading import _on_device
 
 
 def on_gpu(device: str) -> bool:
     """Whether batches go to the GPU: ``cpu`` no; ``cuda`` yes, failing now, naming why,
     without a usable GPU or without PyTorch with CUDA (device batches are torch CUDA
     tensors); ``auto`` when both are there."""
-    if not isinstance(device, str) or device.lower() not in ("cpu", "cuda", "gpu", "auto"):
-        raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'auto'")
-    name = device.lower()
-    if name == "cpu":
+    if not _on_device(device):  # refuses an unknown device; auto without a GPU: no
         return False
-    if name == "auto":
-        if not _engine.device_info("auto").startswith("cuda"):
-            return False
+    if device.lower() == "auto":
         try:
             import torch
         except ImportError:
